@@ -1,0 +1,105 @@
+package rego
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// InputVersion is the version of the policy input schema in DESIGN.md.
+const InputVersion = 1
+
+// Phase says at which point of a request the policy is asked.
+type Phase string
+
+const (
+	// PhaseConnect is the endpoint check of a CONNECT: only method, host and port are set.
+	PhaseConnect Phase = "connect"
+	// PhaseRequest is a full HTTP request (plain HTTP, or one inside an intercepted tunnel).
+	PhaseRequest Phase = "request"
+)
+
+// Input is what the policy sees as `input`. Its JSON form is the contract of DESIGN.md.
+type Input struct {
+	Version int          `json:"version"`
+	Phase   Phase        `json:"phase"`
+	Sandbox SandboxInput `json:"sandbox"`
+	Request RequestInput `json:"request"`
+}
+
+// SandboxInput identifies the caller.
+type SandboxInput struct {
+	ID     string            `json:"id"`
+	Labels map[string]string `json:"labels"`
+}
+
+// RequestInput describes the request. Host is already normalised; Authorization, Cookie and
+// Proxy-Authorization are never present in Headers (keys are lower case).
+type RequestInput struct {
+	Method  string              `json:"method"`
+	Scheme  string              `json:"scheme,omitempty"`
+	Host    string              `json:"host"`
+	Port    int                 `json:"port"`
+	Path    string              `json:"path,omitempty"`
+	Query   map[string][]string `json:"query,omitempty"`
+	Headers map[string][]string `json:"headers,omitempty"`
+}
+
+// Action is what a decision says to do. The zero value denies.
+type Action string
+
+const (
+	ActionDeny    Action = "deny"
+	ActionAllow   Action = "allow"
+	ActionApprove Action = "approve"
+)
+
+// Decision is the policy's answer. Its zero value denies: an Action other than allow or
+// approve, or a missing decision, is a deny.
+type Decision struct {
+	Action      Action         `json:"action"`
+	Reason      string         `json:"reason,omitempty"`
+	Rule        string         `json:"rule,omitempty"`
+	Credentials []string       `json:"credentials,omitempty"`
+	Tunnel      bool           `json:"tunnel,omitempty"`
+	Approval    ApprovalParams `json:"approval,omitzero"`
+}
+
+// ApprovalParams are per-rule settings for held requests.
+type ApprovalParams struct {
+	Timeout Duration `json:"timeout,omitzero"`
+}
+
+// Allows reports whether the request may proceed without a human.
+func (d Decision) Allows() bool { return d.Action == ActionAllow }
+
+// NeedsApproval reports whether the request must be held for approval.
+func (d Decision) NeedsApproval() bool { return d.Action == ActionApprove }
+
+// Denies reports whether the request is refused (anything that is not allow or approve).
+func (d Decision) Denies() bool { return !d.Allows() && !d.NeedsApproval() }
+
+// Duration is a time.Duration that reads "10m" or a number of seconds from JSON.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	switch x := v.(type) {
+	case string:
+		p, err := time.ParseDuration(x)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", x, err)
+		}
+		*d = Duration(p)
+	case float64:
+		*d = Duration(time.Duration(x * float64(time.Second)))
+	default:
+		return fmt.Errorf("duration: want a string such as \"10m\", got %s", b)
+	}
+	return nil
+}
