@@ -1,0 +1,199 @@
+package rego
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
+)
+
+// Defaults for Options.
+const (
+	DefaultTimeout = 250 * time.Millisecond
+	DefaultPoll    = time.Minute
+)
+
+// ErrNoDecision is returned when the policy leaves data.airlock.decision undefined.
+var ErrNoDecision = errors.New("policy made no decision (data.airlock.decision is undefined)")
+
+// ErrTimeout is returned when an evaluation takes longer than Options.Timeout.
+var ErrTimeout = errors.New("policy evaluation timed out")
+
+// Options configure an Engine. The zero value evaluates the shipped policy.
+type Options struct {
+	// Dir is a policy directory: .rego files (with their _test.rego tests) and data.json /
+	// data.yaml documents, loaded as `opa eval -d DIR` would. "" with no Bundle: the shipped
+	// policy embedded in the binary.
+	Dir string
+	// Bundle is an OPA bundle (.tar.gz with .manifest): a file path or an http(s) URL.
+	// Exclusive with Dir.
+	Bundle string
+	// BundleVerification, when set, requires the bundle to be signed with this key.
+	BundleVerification *BundleVerification
+	// Poll is how often Watch re-reads a bundle (file or URL); default DefaultPoll.
+	Poll time.Duration
+	// Timeout bounds each evaluation; default DefaultTimeout. A timed-out evaluation denies.
+	Timeout time.Duration
+	// HTTPClient fetches bundle URLs; nil uses a client with a 30s timeout.
+	HTTPClient *http.Client
+	// Logger receives load and reload events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Status describes the policy in force, for the admin API.
+type Status struct {
+	Revision    string    `json:"revision"` // bundle manifest revision, or "sha256:" of the policy files
+	Source      string    `json:"source"`
+	LoadedAt    time.Time `json:"loaded_at"`
+	LastError   string    `json:"last_error,omitempty"` // why the last reload was refused, until one succeeds
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+// Engine evaluates data.airlock.decision with a prepared query. It is safe for concurrent use;
+// Reload swaps in a new policy atomically and never replaces a good policy with a broken one.
+type Engine struct {
+	opts Options
+	log  *slog.Logger
+	cur  atomic.Pointer[snapshot]
+
+	reloadMu sync.Mutex // serialises reloads; guards etag
+	etag     string     // of the last bundle fetched from a URL
+
+	statusMu    sync.Mutex
+	lastErr     string
+	lastErrTime time.Time
+}
+
+// New loads, compiles and tests the policy. It fails when the policy cannot be used; the error
+// names the file and line at fault.
+func New(ctx context.Context, o Options) (*Engine, error) {
+	if o.Dir != "" && o.Bundle != "" {
+		return nil, errors.New("policy: set a directory or a bundle, not both")
+	}
+	if o.Timeout < 0 || o.Poll < 0 {
+		return nil, errors.New("policy: timeout and poll interval must not be negative")
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Poll == 0 {
+		o.Poll = DefaultPoll
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{opts: o, log: log.With("component", "policy")}
+	src, err := e.fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := load(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	e.cur.Store(snap)
+	e.log.Info("policy loaded", "source", snap.source, "revision", snap.revision)
+	return e, nil
+}
+
+// Decide evaluates the policy for one input. An evaluation error, a timeout or an undefined
+// decision returns the zero Decision (deny) and an error. A decision that breaks the contract
+// (an unknown action, credentials that are not strings, ...) returns a deny whose Reason says
+// what is wrong, and no error.
+func (e *Engine) Decide(ctx context.Context, in *Input) (Decision, error) {
+	d, _, err := e.eval(ctx, in, false)
+	return d, err
+}
+
+// Eval is Decide that can also return OPA's trace of the evaluation (explain), for
+// `airlock policy eval --explain`.
+func (e *Engine) Eval(ctx context.Context, in *Input, explain bool) (Decision, string, error) {
+	return e.eval(ctx, in, explain)
+}
+
+// Revision returns the revision of the policy in force.
+func (e *Engine) Revision() string { return e.cur.Load().revision }
+
+// Status reports the policy in force and the last reload error.
+func (e *Engine) Status() Status {
+	snap := e.cur.Load()
+	e.statusMu.Lock()
+	defer e.statusMu.Unlock()
+	return Status{
+		Revision:    snap.revision,
+		Source:      snap.source,
+		LoadedAt:    snap.loadedAt,
+		LastError:   e.lastErr,
+		LastErrorAt: e.lastErrTime,
+	}
+}
+
+func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, string, error) {
+	if in == nil {
+		return Decision{}, "", errors.New("evaluate policy: no input")
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, "", fmt.Errorf("evaluate policy: %w", err)
+	}
+	snap := e.cur.Load()
+
+	// One Cancel serves both the caller's context and the per-evaluation timeout; this avoids
+	// the goroutine OPA would start per evaluation to watch the context.
+	cancel := topdown.NewCancel()
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(e.opts.Timeout, func() { timedOut.Store(true); cancel.Cancel() })
+	stop := context.AfterFunc(ctx, cancel.Cancel)
+	defer func() { timer.Stop(); stop() }()
+
+	opts := []rego.EvalOption{
+		rego.EvalParsedInput(inputValue(in)),
+		rego.EvalTransaction(snap.txn),
+		rego.EvalExternalCancel(cancel),
+		rego.EvalMetrics(metrics.NoOp()),
+	}
+	var buf *topdown.BufferTracer
+	if explain {
+		buf = topdown.NewBufferTracer()
+		opts = append(opts, rego.EvalQueryTracer(buf))
+	}
+	rs, err := snap.query.Eval(ctx, opts...)
+	trace := ""
+	if buf != nil {
+		var sb strings.Builder
+		topdown.PrettyTraceWithLocation(&sb, *buf)
+		trace = sb.String()
+	}
+	switch {
+	case err != nil && timedOut.Load():
+		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %w after %s", snap.revision, ErrTimeout, e.opts.Timeout)
+	case err != nil && ctx.Err() != nil:
+		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %w", snap.revision, ctx.Err())
+	case err != nil:
+		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %w", snap.revision, err)
+	case len(rs) == 0 || len(rs[0].Expressions) == 0:
+		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %w", snap.revision, ErrNoDecision)
+	}
+	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
+	if !ok {
+		return Decision{}, trace, fmt.Errorf("evaluate policy %s: unexpected result %T", snap.revision, rs[0].Expressions[0].Value)
+	}
+	d, err := parseDecision(t.Value)
+	if err != nil {
+		e.log.Warn("policy returned a malformed decision; denied", "revision", snap.revision, "rule", d.Rule, "err", err)
+	}
+	return d, trace, nil
+}

@@ -1,0 +1,116 @@
+package rego
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Keys of the input document. Terms are immutable once built; sharing them between
+// evaluations saves an allocation per key.
+var (
+	keyVersion = ast.StringTerm("version")
+	keyPhase   = ast.StringTerm("phase")
+	keySandbox = ast.StringTerm("sandbox")
+	keyRequest = ast.StringTerm("request")
+	keyID      = ast.StringTerm("id")
+	keyLabels  = ast.StringTerm("labels")
+	keyMethod  = ast.StringTerm("method")
+	keyScheme  = ast.StringTerm("scheme")
+	keyHost    = ast.StringTerm("host")
+	keyPort    = ast.StringTerm("port")
+	keyPath    = ast.StringTerm("path")
+	keyQuery   = ast.StringTerm("query")
+	keyHeaders = ast.StringTerm("headers")
+)
+
+// inputValue builds the policy input as an AST value directly, without a JSON round trip. Its
+// shape is the JSON form of Input: scheme, path, query and headers are left out when empty;
+// labels is always an object.
+func inputValue(in *Input) ast.Value {
+	labels := ast.NewObjectWithCapacity(len(in.Sandbox.Labels))
+	for k, v := range in.Sandbox.Labels {
+		labels.Insert(ast.InternedTerm(k), ast.InternedTerm(v))
+	}
+	sbx := ast.NewObjectWithCapacity(2)
+	sbx.Insert(keyID, ast.InternedTerm(in.Sandbox.ID))
+	sbx.Insert(keyLabels, ast.NewTerm(labels))
+
+	r := &in.Request
+	req := ast.NewObjectWithCapacity(7)
+	req.Insert(keyMethod, ast.InternedTerm(r.Method))
+	if r.Scheme != "" {
+		req.Insert(keyScheme, ast.InternedTerm(r.Scheme))
+	}
+	req.Insert(keyHost, ast.InternedTerm(r.Host))
+	req.Insert(keyPort, ast.InternedTerm(r.Port))
+	if r.Path != "" {
+		req.Insert(keyPath, ast.InternedTerm(r.Path))
+	}
+	if len(r.Query) > 0 {
+		req.Insert(keyQuery, multiValue(r.Query))
+	}
+	if len(r.Headers) > 0 {
+		req.Insert(keyHeaders, multiValue(r.Headers))
+	}
+
+	top := ast.NewObjectWithCapacity(4)
+	top.Insert(keyVersion, ast.InternedTerm(in.Version))
+	top.Insert(keyPhase, ast.InternedTerm(string(in.Phase)))
+	top.Insert(keySandbox, ast.NewTerm(sbx))
+	top.Insert(keyRequest, ast.NewTerm(req))
+	return top
+}
+
+// multiValue turns a query or header map into an object of string arrays.
+func multiValue(m map[string][]string) *ast.Term {
+	obj := ast.NewObjectWithCapacity(len(m))
+	for k, vs := range m {
+		terms := make([]*ast.Term, len(vs))
+		for i, v := range vs {
+			terms[i] = ast.InternedTerm(v)
+		}
+		obj.Insert(ast.InternedTerm(k), ast.ArrayTerm(terms...))
+	}
+	return ast.NewTerm(obj)
+}
+
+// ParseInputJSON reads a policy input in the JSON form of DESIGN.md (for `airlock policy eval
+// --input F`). It is strict: unknown fields, trailing data, a version other than 1, an
+// unknown phase or a missing host are errors that name what is wrong.
+func ParseInputJSON(b []byte) (*Input, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var in Input
+	if err := dec.Decode(&in); err != nil {
+		return nil, fmt.Errorf("parse policy input: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("parse policy input: unexpected data after the JSON object")
+	}
+	if err := in.Validate(); err != nil {
+		return nil, fmt.Errorf("parse policy input: %w", err)
+	}
+	return &in, nil
+}
+
+// Validate checks the fields the policy relies on: version, phase, method, host and port.
+func (in *Input) Validate() error {
+	switch {
+	case in.Version != InputVersion:
+		return fmt.Errorf("version is %d, want %d", in.Version, InputVersion)
+	case in.Phase != PhaseConnect && in.Phase != PhaseRequest:
+		return fmt.Errorf("phase is %q, want %q or %q", in.Phase, PhaseConnect, PhaseRequest)
+	case in.Request.Method == "":
+		return errors.New("request.method is empty")
+	case in.Request.Host == "":
+		return errors.New("request.host is empty")
+	case in.Request.Port < 1 || in.Request.Port > 65535:
+		return fmt.Errorf("request.port is %d, want 1-65535", in.Request.Port)
+	}
+	return nil
+}

@@ -1,0 +1,19 @@
+# pass-through tunnels for certificate-pinned clients
+#
+# Hosts in data.hosts.tunnel are opened as plain TCP tunnels ("tunnel": true): airlock does
+# not intercept TLS there, so it sees no request inside and can attach no credential and
+# hold nothing for approval. Use it only for clients that pin certificates. Empty by default.
+package airlock
+
+_tunnel := data.hosts.tunnel[input.request.host]
+
+allow contains {
+	"action": "allow",
+	"rule": "tunnel.connect",
+	"reason": sprintf("%s is passed through uninspected (certificate-pinned client)", [input.request.host]),
+	"credentials": [],
+	"tunnel": true,
+} if {
+	input.phase == "connect"
+	_port_ok(_tunnel)
+}
