@@ -1,0 +1,282 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// Handler serves the approvals admin API and web page at the admin listener's root:
+//
+//	GET  /v1/approvals?state=pending&limit=N   {"approvals": [Record…]}
+//	GET  /v1/approvals/stream                  server-sent events "created" / "decided"
+//	GET  /v1/approvals/{id}                    Record
+//	POST /v1/approvals/{id}/approve|deny       {"by","comment"} (JSON) or the page's form → Record
+//	GET  /approvals                            the web page; POST /approvals/login, /approvals/logout
+//
+// Every route but the login form needs an approver token (Authorization: Bearer, or the
+// page's HttpOnly cookie); requests carrying Proxy-Authorization are refused.
+func (s *Service) Handler() http.Handler {
+	r := chi.NewRouter()
+	s.Routes(r)
+	return r
+}
+
+// Routes registers the approval routes on r (for an admin router that serves more).
+func (s *Service) Routes(r chi.Router) {
+	r.Group(func(r chi.Router) {
+		r.Use(refuseProxyAuth)
+		r.Get("/approvals/login", s.handle(s.loginPage))
+		r.Post("/approvals/login", s.handle(s.login))
+		r.Post("/approvals/logout", s.handle(s.logout))
+		r.Group(func(r chi.Router) {
+			r.Use(s.requireApprover)
+			r.Get("/approvals", s.handle(s.page))
+			r.Get("/v1/approvals", s.handle(s.list))
+			r.Get("/v1/approvals/stream", s.handle(s.stream))
+			r.Get("/v1/approvals/{id}", s.handle(s.get))
+			r.Post("/v1/approvals/{id}/approve", s.handle(s.decideHandler(StateApproved)))
+			r.Post("/v1/approvals/{id}/deny", s.handle(s.decideHandler(StateDenied)))
+		})
+	})
+}
+
+// httpError is an error with the status and text the client gets.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func errStatus(status int, format string, args ...any) error {
+	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+// handle maps a handler's error to a status in one place.
+func (s *Service) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		var he *httpError
+		switch {
+		case errors.As(err, &he):
+		case errors.Is(err, ErrNotFound):
+			he = &httpError{http.StatusNotFound, "no approval with id " + strconv.Quote(chi.URLParam(r, "id"))}
+		case errors.Is(err, ErrDecided):
+			he = &httpError{http.StatusConflict, err.Error()}
+		case errors.Is(err, context.Canceled):
+			return // the client went away
+		default:
+			s.log.Error("approvals API", "method", r.Method, "path", r.URL.Path, "err", err)
+			he = &httpError{http.StatusServiceUnavailable, "approval store unavailable"}
+		}
+		if isForm(r) && he.status == http.StatusConflict {
+			http.Redirect(w, r, "/approvals?conflict="+url.QueryEscape(chi.URLParam(r, "id")), http.StatusSeeOther)
+			return
+		}
+		writeJSON(w, he.status, map[string]string{"error": he.msg})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// refuseProxyAuth turns away anything that carries a proxy credential: that is a sandbox
+// (or something speaking for one), and a sandbox can never approve.
+func refuseProxyAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Authorization") != "" {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "requests carrying Proxy-Authorization (a sandbox credential) may not use the approvals API"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type approverKey struct{}
+
+// approverName is the authenticated approver of a request that passed requireApprover.
+func approverName(ctx context.Context) string { n, _ := ctx.Value(approverKey{}).(string); return n }
+
+// requireApprover authenticates the approver: no token → 401, a wrong token → 403, a
+// cookie-authenticated POST without the page's CSRF token → 403.
+func (s *Service) requireApprover(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		page := r.URL.Path == "/approvals"
+		cred, ok := requestCredential(r)
+		if !ok {
+			if page {
+				s.renderLogin(w, http.StatusUnauthorized, "")
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock approvals"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "approver token required: Authorization: Bearer <token>"})
+			return
+		}
+		name, ok := s.authenticate(cred.token)
+		if !ok {
+			if page && cred.cookie {
+				clearCookie(w, r)
+				s.renderLogin(w, http.StatusForbidden, "That token is not valid any more.")
+				return
+			}
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "token is not an approver's"})
+			return
+		}
+		if cred.cookie && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			got := r.Header.Get("X-CSRF-Token")
+			if got == "" {
+				got = r.PostFormValue("csrf")
+			}
+			if !constantEqual(got, csrfToken(cred.token)) {
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": "missing or wrong CSRF token; reload the approvals page"})
+				return
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), approverKey{}, name)))
+	})
+}
+
+func isForm(r *http.Request) bool {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data"
+}
+
+func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
+	f := ListFilter{State: r.URL.Query().Get("state")}
+	switch f.State {
+	case "", StatePending, StateApproved, StateDenied, StateExpired, StateCancelled:
+	default:
+		return errStatus(http.StatusBadRequest, "state: want pending, approved, denied, expired or cancelled, got %q", f.State)
+	}
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n <= 0 {
+			return errStatus(http.StatusBadRequest, "limit: want a positive number, got %q", l)
+		}
+		f.Limit = n
+	}
+	recs, err := s.store.List(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	if recs == nil {
+		recs = []Record{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"approvals": recs})
+	return nil
+}
+
+func (s *Service) get(w http.ResponseWriter, r *http.Request) error {
+	rec, err := s.store.Get(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, rec)
+	return nil
+}
+
+// DecideRequest is the JSON body of approve and deny. By is informational: the record's
+// decided_by is always the approver the token belongs to.
+type DecideRequest struct {
+	By      string `json:"by,omitempty"`
+	Comment string `json:"comment,omitempty"`
+}
+
+const maxComment = 4096
+
+func (s *Service) decideHandler(state string) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var body DecideRequest
+		form := isForm(r)
+		if form {
+			body.Comment = r.PostFormValue("comment")
+		} else if r.ContentLength != 0 {
+			if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+				return errStatus(http.StatusBadRequest, "body: want JSON {\"by\": …, \"comment\": …}: %v", err)
+			}
+		}
+		if len(body.Comment) > maxComment {
+			return errStatus(http.StatusBadRequest, "comment: longer than %d bytes", maxComment)
+		}
+		name := approverName(r.Context())
+		id := chi.URLParam(r, "id")
+		if body.By != "" && body.By != name {
+			s.log.Info("approver named someone else in 'by'; recording the token's owner", "id", id, "by", body.By, "approver", name)
+		}
+		rec, err := s.Decide(r.Context(), id, state, name, body.Comment)
+		if err != nil {
+			return err
+		}
+		if form {
+			http.Redirect(w, r, "/approvals?decided="+url.QueryEscape(id), http.StatusSeeOther)
+			return nil
+		}
+		writeJSON(w, http.StatusOK, rec)
+		return nil
+	}
+}
+
+// sseHeartbeat keeps idle streams (and proxies between) from timing out.
+const sseHeartbeat = 20 * time.Second
+
+func (s *Service) stream(w http.ResponseWriter, r *http.Request) error {
+	events, cancel := s.Subscribe()
+	defer cancel()
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's write timeout
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.WriteString(w, "retry: 3000\n\n"); err != nil {
+		return nil
+	}
+	if err := rc.Flush(); err != nil {
+		return nil
+	}
+	beat := time.NewTicker(sseHeartbeat)
+	defer beat.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-beat.C:
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return nil
+			}
+		case e, ok := <-events:
+			if !ok {
+				return nil // service closing or we fell behind: the client reconnects
+			}
+			b, err := json.Marshal(e.Record)
+			if err != nil {
+				return nil
+			}
+			if _, err := fmt.Fprintf(w, "event: %s\nid: %s\ndata: %s\n\n", e.Type, e.Record.ID, b); err != nil {
+				return nil
+			}
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+	}
+}

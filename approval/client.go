@@ -1,0 +1,133 @@
+package approval
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Client talks to the approvals admin API (for `airlock approvals list|show|approve|deny`).
+// Token is an approver's token; it is never printed (String and LogValue redact it).
+type Client struct {
+	BaseURL string       // e.g. "http://127.0.0.1:9090"
+	Token   string       // approver token
+	HTTP    *http.Client // nil: http.DefaultClient
+}
+
+// String describes the client without its token.
+func (c Client) String() string { return fmt.Sprintf("approval.Client{BaseURL: %q, Token: [redacted]}", c.BaseURL) }
+
+// LogValue logs the client without its token.
+func (c Client) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("base_url", c.BaseURL), slog.String("token", "[redacted]"))
+}
+
+// APIError is a non-2xx answer of the admin API. errors.Is(err, ErrNotFound) and
+// errors.Is(err, ErrDecided) work on it.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("approvals API: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// Is maps 404 and 409 to ErrNotFound and ErrDecided.
+func (e *APIError) Is(target error) bool {
+	return (target == ErrNotFound && e.Status == http.StatusNotFound) ||
+		(target == ErrDecided && e.Status == http.StatusConflict)
+}
+
+// List returns records in state ("" for all), newest first.
+func (c *Client) List(ctx context.Context, state string) ([]Record, error) {
+	p := "/v1/approvals"
+	if state != "" {
+		p += "?state=" + url.QueryEscape(state)
+	}
+	var out struct {
+		Approvals []Record `json:"approvals"`
+	}
+	if err := c.do(ctx, http.MethodGet, p, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Approvals, nil
+}
+
+// Get returns one record.
+func (c *Client) Get(ctx context.Context, id string) (Record, error) {
+	var r Record
+	err := c.do(ctx, http.MethodGet, "/v1/approvals/"+url.PathEscape(id), nil, &r)
+	return r, err
+}
+
+// Approve approves a pending record; the record is returned as decided.
+func (c *Client) Approve(ctx context.Context, id, comment string) (Record, error) {
+	return c.decide(ctx, id, "approve", comment)
+}
+
+// Deny denies a pending record; comment is shown to the agent.
+func (c *Client) Deny(ctx context.Context, id, comment string) (Record, error) {
+	return c.decide(ctx, id, "deny", comment)
+}
+
+func (c *Client) decide(ctx context.Context, id, verb, comment string) (Record, error) {
+	var r Record
+	err := c.do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id)+"/"+verb,
+		DecideRequest{Comment: comment}, &r)
+	return r, err
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, body)
+	if err != nil {
+		return fmt.Errorf("approvals API %s %s: %w", method, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("approvals API %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("approvals API %s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("approvals API %s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package approval
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults for Config fields left at their zero value.
+const (
+	DefaultTimeout     = 5 * time.Minute
+	DefaultRetryWindow = 2 * time.Minute
+	// DefaultMaxBody is the largest request body the proxy buffers for a held request;
+	// larger bodies are refused with 413 before Hold is called.
+	DefaultMaxBody     ByteSize = 1 << 20
+	DefaultBodyPreview ByteSize = 2 << 10
+	// DefaultStoreFile is the SQLite file name under $AIRLOCK_HOME.
+	DefaultStoreFile = "approvals.db"
+)
+
+// Config is the `approvals:` section of the airlock config file.
+type Config struct {
+	// Timeout is how long a held request waits for a decision (a rule may set its own).
+	Timeout Duration `yaml:"timeout"`
+	// Store is "sqlite:PATH" (the default, under $AIRLOCK_HOME) or "postgres://…".
+	Store string `yaml:"store"`
+	// Webhook receives a POST for each new approval.
+	Webhook string `yaml:"webhook"`
+	// WebhookFormat is "json" (the record) or "slack" ({"text": …}).
+	WebhookFormat string `yaml:"webhook_format"`
+	// Service is an external approval service: it is sent each new record and answers with a
+	// decision, or 202 and decides later through the admin API.
+	Service string `yaml:"service"`
+	// ServiceTokenFile holds a bearer token sent to Service (optional).
+	ServiceTokenFile string `yaml:"service_token_file"`
+	// PageURL is the public address of the approval page, linked from notifications.
+	PageURL string `yaml:"page_url"`
+	// Approvers may decide through the admin API, each with a bearer token read from a file.
+	Approvers []ApproverConfig `yaml:"approvers"`
+	// RetryWindow: a request identical to one approved less than this long ago is let
+	// through once without a second prompt. 0 means the default; negative disables it.
+	RetryWindow Duration `yaml:"retry_window"`
+	// MaxBody is the largest body the proxy buffers for a held request.
+	MaxBody ByteSize `yaml:"max_body"`
+	// BodyPreview is how many bytes of the body an approver sees.
+	BodyPreview ByteSize `yaml:"body_preview"`
+}
+
+// ApproverConfig names a person or service that may decide, and where its token is.
+type ApproverConfig struct {
+	Name      string `yaml:"name"`
+	TokenFile string `yaml:"token_file"`
+}
+
+// DefaultStore is the store used when none is configured: an SQLite file in home.
+func DefaultStore(home string) string { return "sqlite:" + filepath.Join(home, DefaultStoreFile) }
+
+// WithDefaults returns c with every zero field set to its default. Store stays empty when
+// unset: the caller knows $AIRLOCK_HOME (see DefaultStore).
+func (c Config) WithDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = Duration(DefaultTimeout)
+	}
+	if c.RetryWindow == 0 {
+		c.RetryWindow = Duration(DefaultRetryWindow)
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = DefaultMaxBody
+	}
+	if c.BodyPreview == 0 {
+		c.BodyPreview = DefaultBodyPreview
+	}
+	if c.WebhookFormat == "" {
+		c.WebhookFormat = "json"
+	}
+	return c
+}
+
+// Validate reports the first problem, naming its key under `approvals.`.
+func (c Config) Validate() error {
+	if c.Timeout < 0 {
+		return fmt.Errorf("approvals.timeout: must not be negative, got %s", c.Timeout)
+	}
+	if c.MaxBody < 0 {
+		return fmt.Errorf("approvals.max_body: must not be negative, got %d", c.MaxBody)
+	}
+	if c.BodyPreview < 0 {
+		return fmt.Errorf("approvals.body_preview: must not be negative, got %d", c.BodyPreview)
+	}
+	if c.Store != "" {
+		if _, _, err := parseStoreDSN(c.Store); err != nil {
+			return fmt.Errorf("approvals.store: %w", err)
+		}
+	}
+	for key, u := range map[string]string{"webhook": c.Webhook, "service": c.Service, "page_url": c.PageURL} {
+		if u == "" {
+			continue
+		}
+		if err := checkHTTPURL(u); err != nil {
+			return fmt.Errorf("approvals.%s: %w", key, err)
+		}
+	}
+	switch c.WebhookFormat {
+	case "", "json", "slack":
+	default:
+		return fmt.Errorf("approvals.webhook_format: want json or slack, got %q", c.WebhookFormat)
+	}
+	seen := map[string]bool{}
+	for i, a := range c.Approvers {
+		key := fmt.Sprintf("approvals.approvers[%d]", i)
+		switch {
+		case a.Name == "":
+			return fmt.Errorf("%s.name: required", key)
+		case strings.ContainsAny(a.Name, ":\n\r\t"):
+			return fmt.Errorf("%s.name: %q must not contain ':' or control characters", key, a.Name)
+		case seen[a.Name]:
+			return fmt.Errorf("%s.name: %q is listed twice", key, a.Name)
+		case a.TokenFile == "":
+			return fmt.Errorf("%s.token_file: required", key)
+		}
+		seen[a.Name] = true
+	}
+	return nil
+}
+
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("want an http or https URL, got %q", u.Redacted())
+	}
+	if u.Host == "" {
+		return errors.New("URL has no host")
+	}
+	return nil
+}
+
+// Duration is a time.Duration written as "5m" or "90s" in YAML and JSON.
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// UnmarshalYAML reads "5m"; a bare number is refused because its unit would be a guess.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	p, err := time.ParseDuration(strings.TrimSpace(n.Value))
+	if err != nil {
+		return fmt.Errorf("line %d: want a duration such as \"5m\", got %q", n.Line, n.Value)
+	}
+	*d = Duration(p)
+	return nil
+}
+
+// MarshalYAML writes the duration as text.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// ByteSize is a number of bytes written as 1048576, "1MiB", "512KiB", "1M" or "2k".
+type ByteSize int64
+
+// UnmarshalYAML reads a byte count with an optional binary suffix.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*b = v
+	return nil
+}
+
+// ParseByteSize reads "1MiB", "2KiB", "1M", "1024"; k, M and G mean powers of 1024.
+func ParseByteSize(s string) (ByteSize, error) {
+	t := strings.TrimSpace(s)
+	num := strings.TrimRightFunc(t, func(r rune) bool { return r < '0' || r > '9' })
+	unit := strings.ToLower(strings.TrimSpace(t[len(num):]))
+	mult := int64(1)
+	switch strings.TrimSuffix(strings.TrimSuffix(unit, "b"), "i") {
+	case "":
+	case "k":
+		mult = 1 << 10
+	case "m":
+		mult = 1 << 20
+	case "g":
+		mult = 1 << 30
+	default:
+		return 0, fmt.Errorf("want a size such as \"1MiB\" or \"512KiB\", got %q", s)
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("want a size such as \"1MiB\" or \"512KiB\", got %q", s)
+	}
+	return ByteSize(v * mult), nil
+}

@@ -1,0 +1,134 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// storeWriteTimeout bounds the store writes Hold makes after its caller went away.
+const storeWriteTimeout = 10 * time.Second
+
+// Hold records r as a pending approval, notifies approvers and waits until it is approved,
+// denied, expires (r.Timeout, or Config.Timeout) or ctx ends. A request identical to one
+// approved within the retry window (same sandbox and RequestHash) is approved at once,
+// using that grant up; the reuse is recorded as its own record.
+//
+// When ctx ends first (the client went away) the record becomes cancelled and the Result
+// says cancelled, whatever raced with it: nothing may be sent. An error means no decision
+// could be had (store down, or ErrClosed at shutdown): the caller must refuse the request.
+func (s *Service) Hold(ctx context.Context, r Request) (Result, error) {
+	select {
+	case <-s.closing:
+		return Result{}, ErrClosed
+	default:
+	}
+	start := s.now()
+	rec := s.newRecord(r, start)
+	if res, ok, err := s.reuseGrant(ctx, rec, start); err != nil || ok {
+		return res, err
+	}
+
+	ch := s.register(rec.ID)
+	defer s.unregister(rec.ID)
+	if err := s.store.Create(ctx, rec); err != nil {
+		return Result{}, err
+	}
+	s.log.Info("approval pending", "id", rec.ID, "sandbox", rec.Sandbox, "method", rec.Method,
+		"url", rec.URL, "rule", rec.Rule, "expires", rec.Expires)
+	s.events.publish(Event{Type: EventCreated, Record: rec})
+	s.notify(rec)
+
+	timer := time.NewTimer(rec.Expires.Sub(start))
+	defer timer.Stop()
+	result := func(r Record) Result {
+		return Result{ID: r.ID, State: r.State, DecidedBy: r.DecidedBy, Comment: r.Comment,
+			Waited: s.now().Sub(start)}
+	}
+	select {
+	case d := <-ch:
+		return result(d), nil
+	case <-timer.C:
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWriteTimeout)
+		defer cancel()
+		d, err := s.end(wctx, rec.ID, Decision{State: StateExpired, By: DecidedBySystem,
+			Comment: "no decision before the timeout", At: s.now()})
+		if err != nil && !errors.Is(err, ErrDecided) {
+			return Result{}, err
+		}
+		return result(d), nil // decided just in time: d holds that decision
+	case <-ctx.Done():
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWriteTimeout)
+		defer cancel()
+		_, err := s.end(wctx, rec.ID, Decision{State: StateCancelled, By: DecidedBySystem,
+			Comment: "the client went away while the request was held", At: s.now()})
+		if err != nil && !errors.Is(err, ErrDecided) {
+			s.log.Warn("record cancelled approval", "id", rec.ID, "err", err)
+		}
+		return Result{ID: rec.ID, State: StateCancelled, DecidedBy: DecidedBySystem,
+			Comment: "the client went away while the request was held", Waited: s.now().Sub(start)}, nil
+	case <-s.closing:
+		return Result{ID: rec.ID, State: StatePending, Waited: s.now().Sub(start)},
+			fmt.Errorf("approval %s stays pending: %w", rec.ID, ErrClosed)
+	}
+}
+
+// newRecord builds the pending record for r.
+func (s *Service) newRecord(r Request, now time.Time) Record {
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = s.cfg.Timeout.D()
+	}
+	preview, cut := Preview(r.Body, int(s.cfg.BodyPreview))
+	creds := append([]string(nil), r.Creds...)
+	labels := make(map[string]string, len(r.Labels))
+	for k, v := range r.Labels {
+		labels[k] = v
+	}
+	return Record{
+		ID:            newID(),
+		State:         StatePending,
+		Sandbox:       r.SandboxID,
+		Labels:        labels,
+		Method:        r.Method,
+		URL:           RedactURL(r.URL),
+		ContentType:   http.Header(r.Header).Get("Content-Type"),
+		BodyPreview:   preview,
+		BodySize:      int64(len(r.Body)),
+		BodyTruncated: cut,
+		BodySHA256:    sha256Hex(r.Body),
+		RequestSHA256: RequestHash(r.Method, r.URL, r.Header, r.Body),
+		Rule:          r.Rule,
+		Reason:        r.Reason,
+		Credentials:   creds,
+		Created:       now.UTC(),
+		Expires:       now.Add(timeout).UTC(),
+	}
+}
+
+// reuseGrant lets rec through at once when an identical request was approved within the
+// retry window and that grant is still unused.
+func (s *Service) reuseGrant(ctx context.Context, rec Record, now time.Time) (Result, bool, error) {
+	if s.cfg.RetryWindow <= 0 {
+		return Result{}, false, nil
+	}
+	g, ok, err := s.store.UseGrant(ctx, GrantQuery{RequestSHA256: rec.RequestSHA256,
+		Sandbox: rec.Sandbox, Since: now.Add(-s.cfg.RetryWindow.D()), UsedBy: rec.ID})
+	if err != nil || !ok {
+		return Result{}, false, err
+	}
+	rec.State = StateApproved
+	rec.DecidedBy = g.DecidedBy
+	rec.DecidedAt = now.UTC()
+	rec.Comment = fmt.Sprintf("retry of %s, approved by %s within the retry window", g.ID, g.DecidedBy)
+	rec.RetryOf = g.ID
+	if err := s.store.Create(ctx, rec); err != nil {
+		return Result{}, false, err
+	}
+	s.log.Info("approval reused", "id", rec.ID, "retry_of", g.ID, "sandbox", rec.Sandbox)
+	s.events.publish(Event{Type: EventCreated, Record: rec})
+	return Result{ID: rec.ID, State: StateApproved, DecidedBy: rec.DecidedBy, Comment: rec.Comment,
+		Waited: s.now().Sub(now)}, true, nil
+}

@@ -1,0 +1,258 @@
+package approval
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// sqlStore is the Store on database/sql, for SQLite and PostgreSQL alike. Times are stored
+// as Unix nanoseconds (0: unset) so both dialects read them the same way.
+type sqlStore struct {
+	db       *sql.DB
+	postgres bool // placeholders $n instead of ?
+}
+
+const schema = `CREATE TABLE IF NOT EXISTS airlock_approvals (
+	id TEXT PRIMARY KEY,
+	state TEXT NOT NULL,
+	sandbox TEXT NOT NULL,
+	labels TEXT NOT NULL,
+	method TEXT NOT NULL,
+	url TEXT NOT NULL,
+	content_type TEXT NOT NULL,
+	body_preview TEXT NOT NULL,
+	body_size BIGINT NOT NULL,
+	body_truncated BOOLEAN NOT NULL,
+	body_sha256 TEXT NOT NULL,
+	request_sha256 TEXT NOT NULL,
+	rule TEXT NOT NULL,
+	reason TEXT NOT NULL,
+	credentials TEXT NOT NULL,
+	created BIGINT NOT NULL,
+	expires BIGINT NOT NULL,
+	decided_by TEXT NOT NULL,
+	decided_at BIGINT NOT NULL,
+	comment TEXT NOT NULL,
+	retry_of TEXT NOT NULL,
+	reused_by TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS airlock_approvals_state ON airlock_approvals (state, expires);
+CREATE INDEX IF NOT EXISTS airlock_approvals_request ON airlock_approvals (request_sha256);
+CREATE INDEX IF NOT EXISTS airlock_approvals_created ON airlock_approvals (created)`
+
+const columns = `id, state, sandbox, labels, method, url, content_type, body_preview, body_size,
+	body_truncated, body_sha256, request_sha256, rule, reason, credentials, created, expires,
+	decided_by, decided_at, comment, retry_of, reused_by`
+
+// q rewrites ? placeholders to $1, $2, … for PostgreSQL.
+func (s *sqlStore) q(query string) string {
+	if !s.postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, c := range query {
+		if c == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func (s *sqlStore) Create(ctx context.Context, r Record) error {
+	labels, err := json.Marshal(r.Labels)
+	if err != nil {
+		return fmt.Errorf("store approval %s: labels: %w", r.ID, err)
+	}
+	creds, err := json.Marshal(r.Credentials)
+	if err != nil {
+		return fmt.Errorf("store approval %s: credentials: %w", r.ID, err)
+	}
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO airlock_approvals (`+columns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.ID, r.State, r.Sandbox, string(labels), r.Method, r.URL, r.ContentType, r.BodyPreview,
+		r.BodySize, r.BodyTruncated, r.BodySHA256, r.RequestSHA256, r.Rule, r.Reason,
+		string(creds), nanos(r.Created), nanos(r.Expires), r.DecidedBy, nanos(r.DecidedAt),
+		r.Comment, r.RetryOf, r.ReusedBy)
+	if err != nil {
+		return fmt.Errorf("store approval %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(sc scanner) (Record, error) {
+	var (
+		r                           Record
+		labels, creds               string
+		created, expires, decidedAt int64
+	)
+	err := sc.Scan(&r.ID, &r.State, &r.Sandbox, &labels, &r.Method, &r.URL, &r.ContentType,
+		&r.BodyPreview, &r.BodySize, &r.BodyTruncated, &r.BodySHA256, &r.RequestSHA256, &r.Rule,
+		&r.Reason, &creds, &created, &expires, &r.DecidedBy, &decidedAt, &r.Comment, &r.RetryOf,
+		&r.ReusedBy)
+	if err != nil {
+		return Record{}, err
+	}
+	if err := json.Unmarshal([]byte(labels), &r.Labels); err != nil {
+		return Record{}, fmt.Errorf("approval %s: labels: %w", r.ID, err)
+	}
+	if err := json.Unmarshal([]byte(creds), &r.Credentials); err != nil {
+		return Record{}, fmt.Errorf("approval %s: credentials: %w", r.ID, err)
+	}
+	r.Created, r.Expires, r.DecidedAt = fromNanos(created), fromNanos(expires), fromNanos(decidedAt)
+	return r, nil
+}
+
+func (s *sqlStore) Get(ctx context.Context, id string) (Record, error) {
+	row := s.db.QueryRowContext(ctx, s.q(`SELECT `+columns+` FROM airlock_approvals WHERE id = ?`), id)
+	r, err := scanRecord(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Record{}, fmt.Errorf("approval %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("read approval %q: %w", id, err)
+	}
+	return r, nil
+}
+
+func (s *sqlStore) query(ctx context.Context, query string, args ...any) ([]Record, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (s *sqlStore) List(ctx context.Context, f ListFilter) ([]Record, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 500
+	}
+	var (
+		out []Record
+		err error
+	)
+	if f.State != "" {
+		out, err = s.query(ctx, `SELECT `+columns+` FROM airlock_approvals WHERE state = ?
+			ORDER BY created DESC LIMIT ?`, f.State, limit)
+	} else {
+		out, err = s.query(ctx, `SELECT `+columns+` FROM airlock_approvals
+			ORDER BY created DESC LIMIT ?`, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list approvals: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Record, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE airlock_approvals
+		SET state = ?, decided_by = ?, comment = ?, decided_at = ?
+		WHERE id = ? AND state = ?`), d.State, d.By, d.Comment, nanos(d.At), id, StatePending)
+	if err != nil {
+		return Record{}, fmt.Errorf("decide approval %q: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Record{}, fmt.Errorf("decide approval %q: %w", id, err)
+	}
+	r, err := s.Get(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	if n == 0 {
+		return r, fmt.Errorf("approval %s is %s: %w", id, r.State, ErrDecided)
+	}
+	return r, nil
+}
+
+func (s *sqlStore) Decided(ctx context.Context, ids []string) ([]Record, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, StatePending)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	marks := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
+	out, err := s.query(ctx, `SELECT `+columns+` FROM airlock_approvals
+		WHERE state <> ? AND id IN (`+marks+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("poll approvals: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqlStore) UseGrant(ctx context.Context, g GrantQuery) (Record, bool, error) {
+	var id string
+	err := s.db.QueryRowContext(ctx, s.q(`UPDATE airlock_approvals SET reused_by = ?
+		WHERE reused_by = '' AND id = (
+			SELECT id FROM airlock_approvals
+			WHERE request_sha256 = ? AND sandbox = ? AND state = ? AND reused_by = ''
+				AND retry_of = '' AND decided_at >= ?
+			ORDER BY decided_at DESC LIMIT 1)
+		RETURNING id`), g.UsedBy, g.RequestSHA256, g.Sandbox, StateApproved, nanos(g.Since)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("look up retry grant: %w", err)
+	}
+	r, err := s.Get(ctx, id)
+	if err != nil {
+		return Record{}, false, err
+	}
+	return r, true, nil
+}
+
+func (s *sqlStore) ExpireDue(ctx context.Context, now time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE airlock_approvals
+		SET state = ?, decided_by = ?, comment = ?, decided_at = ?
+		WHERE state = ? AND expires < ?`), StateExpired, DecidedBySystem,
+		"no decision before the timeout", nanos(now), StatePending, nanos(now))
+	if err != nil {
+		return 0, fmt.Errorf("expire approvals: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("expire approvals: %w", err)
+	}
+	return int(n), nil
+}
+
+func (s *sqlStore) Close() error { return s.db.Close() }

@@ -1,0 +1,102 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Errors of a Store and of deciding.
+var (
+	// ErrNotFound: no record has that id.
+	ErrNotFound = errors.New("approval not found")
+	// ErrDecided: the record was already decided, expired or cancelled (the API answers 409).
+	ErrDecided = errors.New("approval already decided")
+)
+
+// Store keeps approval records. Implementations must be safe for concurrent use and may be
+// shared by several airlock replicas: every state change is a conditional update of a
+// pending record, so exactly one decision wins.
+type Store interface {
+	// Create inserts a new record.
+	Create(ctx context.Context, r Record) error
+	// Get returns one record or ErrNotFound.
+	Get(ctx context.Context, id string) (Record, error)
+	// List returns records, newest first.
+	List(ctx context.Context, f ListFilter) ([]Record, error)
+	// Decide moves a pending record to d.State. A record that is not pending is returned
+	// with ErrDecided; an unknown id gives ErrNotFound.
+	Decide(ctx context.Context, id string, d Decision) (Record, error)
+	// Decided returns those of ids that are no longer pending.
+	Decided(ctx context.Context, ids []string) ([]Record, error)
+	// UseGrant marks the newest unused approval matching g as used by g.UsedBy and returns
+	// it; ok is false when there is none.
+	UseGrant(ctx context.Context, g GrantQuery) (r Record, ok bool, err error)
+	// ExpireDue moves pending records whose Expires is before now to expired.
+	ExpireDue(ctx context.Context, now time.Time) (int, error)
+	// Close releases the store.
+	Close() error
+}
+
+// ListFilter selects records; zero fields select everything.
+type ListFilter struct {
+	State string
+	Limit int // 0: 500
+}
+
+// Decision ends a pending record.
+type Decision struct {
+	State   string // approved, denied, expired, cancelled
+	By      string
+	Comment string
+	At      time.Time
+}
+
+// GrantQuery finds a recent approval that a retried request may reuse.
+type GrantQuery struct {
+	RequestSHA256 string
+	Sandbox       string
+	Since         time.Time // decided at or after
+	UsedBy        string    // id of the retry's record
+}
+
+// OpenStore opens "sqlite:PATH" or "postgres://…" (also "postgresql://…") and creates the
+// schema when missing.
+func OpenStore(ctx context.Context, dsn string) (Store, error) {
+	kind, rest, err := parseStoreDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case "sqlite":
+		return openSQLite(ctx, rest)
+	default:
+		return openPostgres(ctx, rest)
+	}
+}
+
+func parseStoreDSN(dsn string) (kind, rest string, err error) {
+	switch {
+	case strings.HasPrefix(dsn, "sqlite:"):
+		p := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "//")
+		if p == "" {
+			return "", "", errors.New(`want "sqlite:PATH", got no path`)
+		}
+		return "sqlite", p, nil
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return "postgres", dsn, nil
+	}
+	return "", "", fmt.Errorf(`want "sqlite:PATH" or "postgres://…", got %q`, redactDSN(dsn))
+}
+
+// redactDSN hides a password in a store address for error messages.
+func redactDSN(dsn string) string {
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		if at := strings.LastIndex(dsn, "@"); at > i {
+			return dsn[:i+3] + "[redacted]" + dsn[at:]
+		}
+	}
+	return dsn
+}
