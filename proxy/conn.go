@@ -1,0 +1,120 @@
+package proxy
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// idleListener wraps accepted connections so that a connection on which nothing is read or
+// written for the idle timeout is closed, also after it was hijacked for a tunnel (where
+// http.Server's own timeouts no longer apply). A slow-loris or slow-read client thus holds
+// a connection for at most the idle timeout per byte it trickles.
+type idleListener struct {
+	net.Listener
+	idle time.Duration
+}
+
+func (l *idleListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &idleConn{Conn: c, idle: l.idle}, nil
+}
+
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+
+	mu            sync.Mutex
+	readDeadline  time.Time // set by the HTTP server; zero when none
+	writeDeadline time.Time
+}
+
+func earliest(set time.Time, d time.Duration) time.Time {
+	t := time.Now().Add(d)
+	if !set.IsZero() && set.Before(t) {
+		return set
+	}
+	return t
+}
+
+func (c *idleConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	_ = c.Conn.SetReadDeadline(earliest(c.readDeadline, c.idle))
+	c.mu.Unlock()
+	return c.Conn.Read(b)
+}
+
+func (c *idleConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	_ = c.Conn.SetWriteDeadline(earliest(c.writeDeadline, c.idle))
+	c.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+func (c *idleConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.readDeadline, c.writeDeadline = t, t
+	c.mu.Unlock()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *idleConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.readDeadline = t
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *idleConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.writeDeadline = t
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// CloseWrite and CloseRead let tunnels half-close, as goproxy does for TCP connections.
+func (c *idleConn) CloseWrite() error {
+	if hc, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return hc.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
+func (c *idleConn) CloseRead() error {
+	if hc, ok := c.Conn.(interface{ CloseRead() error }); ok {
+		return hc.CloseRead()
+	}
+	return nil
+}
+
+// inflight counts concurrent requests per sandbox.
+type inflight struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *inflight) acquire(id string, max int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	if f.n[id] >= max {
+		return false
+	}
+	f.n[id]++
+	return true
+}
+
+func (f *inflight) release(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n[id] <= 1 {
+		delete(f.n, id)
+		return
+	}
+	f.n[id]--
+}

@@ -1,0 +1,335 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/internal/identity"
+)
+
+// tunnel is what a CONNECT established; goproxy hands it to every request read inside it.
+type tunnel struct {
+	id   identity.Identity
+	host string // normalised CONNECT host: what is dialled
+	port int
+	rule string
+}
+
+// reqState is the per-request state: one per CONNECT and one per request.
+type reqState struct {
+	start time.Time
+	id    identity.Identity
+	ev    audit.Event
+	end   func(*audit.Event)
+	creds []string
+	done  bool
+}
+
+func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	id, err := p.identify(r)
+	if err != nil {
+		st := p.begin(r.Context(), r, identity.Identity{ID: "unknown"}, "identity")
+		f := refusal{status: http.StatusProxyAuthRequired, decision: "deny", rule: "identity",
+			reason: "this listener needs a valid proxy credential (Proxy-Authorization) issued by airlock; a missing, unknown or revoked one is refused",
+			class: "identity"}
+		p.finishRefusal(r.Context(), st, f)
+		p.writeRefusal(w, r, f)
+		return
+	}
+	p.gp.ServeHTTP(w, r.WithContext(withIdentity(r.Context(), id)))
+}
+
+func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity, phase string) *reqState {
+	st := &reqState{start: time.Now(), id: id}
+	_, st.end = p.opts.Telemetry.RequestStarted(ctx, r)
+	st.ev = audit.Event{
+		Kind:      "request",
+		SandboxID: id.ID,
+		Labels:    id.Labels,
+		Method:    r.Method,
+		Phase:     phase,
+	}
+	if r.Method == http.MethodConnect {
+		st.ev.Kind = "connect"
+	}
+	if p.opts.PolicyRevision != nil {
+		st.ev.PolicyRev = p.opts.PolicyRevision()
+	}
+	return st
+}
+
+func (p *Proxy) decide(ctx context.Context, in *rego.Input) (rego.Decision, error) {
+	t := time.Now()
+	d, err := p.opts.Decider.Decide(ctx, in)
+	p.opts.Telemetry.PolicyEvaluated(ctx, time.Since(t), err)
+	if err != nil {
+		return rego.Decision{}, err
+	}
+	return d, nil
+}
+
+// policyUnavailable is the answer when the policy could not decide: fail closed.
+func policyUnavailable(err error) refusal {
+	return refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "policy.error",
+		reason: "the policy could not be evaluated, so the request is refused; retry later or tell the operator", class: "policy"}
+}
+
+func denied(d rego.Decision) refusal {
+	reason := d.Reason
+	if reason == "" {
+		reason = "the policy denies this request"
+	}
+	return refusal{status: http.StatusForbidden, decision: "deny", rule: d.Rule, reason: reason, class: "policy"}
+}
+
+func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
+	r := ctx.Req
+	id, _ := identityFrom(r.Context())
+	st := p.begin(r.Context(), r, id, string(rego.PhaseConnect))
+	reject := func(f refusal) (*goproxy.ConnectAction, string) {
+		p.finishRefusal(r.Context(), st, f)
+		ctx.Resp = f.response(r)
+		return goproxy.RejectConnect, host
+	}
+	h, port, err := splitHostPort(host, 443)
+	if err != nil {
+		return reject(refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol",
+			reason: "CONNECT target is not a valid host:port: " + err.Error(), class: "bad_request"})
+	}
+	st.ev.Host, st.ev.Port = h, port
+	if !p.flight.acquire(id.ID, p.opts.Limits.MaxInFlightPerSandbox) {
+		return reject(tooMany())
+	}
+	defer p.flight.release(id.ID)
+	dec, err := p.decide(r.Context(), connectInput(id, h, port))
+	if err != nil {
+		p.log.Error("policy evaluation failed", "phase", "connect", "sandbox", id.ID, "host", h, "err", err)
+		return reject(policyUnavailable(err))
+	}
+	st.ev.Rule, st.ev.Reason = dec.Rule, dec.Reason
+	if dec.Denies() {
+		if !p.opts.ReportOnly {
+			return reject(denied(dec))
+		}
+		st.ev.Decision = "would_deny"
+		p.log.Warn("report-only: letting a denied CONNECT through", "sandbox", id.ID, "host", h, "port", port, "rule", dec.Rule)
+	} else {
+		st.ev.Decision = string(dec.Action)
+	}
+	if err := p.auditHealthy(); err != nil {
+		return reject(auditUnavailable())
+	}
+	target := joinHostPort(h, port)
+	if dec.Tunnel && !dec.Denies() {
+		st.ev.Decision = "tunnel"
+		p.finish(r.Context(), st)
+		return &goproxy.ConnectAction{Action: goproxy.ConnectAccept}, target
+	}
+	p.finish(r.Context(), st)
+	ctx.UserData = &tunnel{id: id, host: h, port: port, rule: dec.Rule}
+	return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: p.mitmTLS(h)}, target
+}
+
+// mitmTLS serves a leaf for the CONNECT host, whatever name the client puts in SNI: the
+// policy decided on the CONNECT host, which is what is dialled, so a client that asks for
+// another name fails its own certificate check.
+func (p *Proxy) mitmTLS(host string) func(string, *goproxy.ProxyCtx) (*tls.Config, error) {
+	return func(string, *goproxy.ProxyCtx) (*tls.Config, error) {
+		return &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				return p.opts.CA.Leaf(host)
+			},
+		}, nil
+	}
+}
+
+func tooMany() refusal {
+	return refusal{status: http.StatusTooManyRequests, decision: "deny", rule: "limits.inflight",
+		reason: "too many concurrent requests from this sandbox; wait for some to finish", class: "limit"}
+}
+
+func auditUnavailable() refusal {
+	return refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "audit.unavailable",
+		reason: "the audit log cannot be written, so nothing is let through; tell the operator", class: "audit"}
+}
+
+// auditHealthy reports a failing audit sink before anything is sent (fail closed).
+func (p *Proxy) auditHealthy() error {
+	if h, ok := p.opts.Auditor.(interface{ Healthy() error }); ok {
+		return h.Healthy()
+	}
+	return nil
+}
+
+func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+	var id identity.Identity
+	tun, inTunnel := ctx.UserData.(*tunnel)
+	if inTunnel {
+		id = tun.id
+	} else {
+		id, _ = identityFrom(r.Context())
+	}
+	st := p.begin(r.Context(), r, id, string(rego.PhaseRequest))
+	refuse := func(f refusal) (*http.Request, *http.Response) {
+		p.finishRefusal(r.Context(), st, f)
+		return r, f.response(r)
+	}
+	t, f := p.resolveTarget(r, tun)
+	st.ev.Scheme, st.ev.Host, st.ev.Port, st.ev.Path = t.scheme, t.host, t.port, t.path
+	if r.URL != nil && r.URL.RawQuery != "" {
+		st.ev.Query = redactQuery(r.URL.RawQuery)
+	}
+	if f != nil {
+		return refuse(*f)
+	}
+	if !p.flight.acquire(id.ID, p.opts.Limits.MaxInFlightPerSandbox) {
+		return refuse(tooMany())
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			p.flight.release(id.ID)
+		}
+	}
+	defer func() {
+		if ctx.RoundTripper == nil {
+			release()
+		}
+	}()
+
+	dec, err := p.decide(r.Context(), requestInput(id, r, t))
+	if err != nil {
+		p.log.Error("policy evaluation failed", "phase", "request", "sandbox", id.ID, "host", t.host, "err", err)
+		return refuse(policyUnavailable(err))
+	}
+	st.ev.Rule, st.ev.Reason, st.ev.Decision = dec.Rule, dec.Reason, string(dec.Action)
+	var creds []string
+	switch {
+	case dec.Denies():
+		if !p.opts.ReportOnly {
+			return refuse(denied(dec))
+		}
+		st.ev.Decision = "would_deny"
+		p.log.Warn("report-only: letting a denied request through", "sandbox", id.ID, "method", r.Method, "host", t.host, "path", t.path, "rule", dec.Rule)
+	case dec.NeedsApproval():
+		if f := p.hold(r, st, t, dec); f != nil {
+			return refuse(*f)
+		}
+		creds = dec.Credentials
+	default:
+		creds = dec.Credentials
+	}
+	if err := p.auditHealthy(); err != nil {
+		return refuse(auditUnavailable())
+	}
+	st.creds = creds
+	st.ev.Creds = creds
+	ctx.RoundTripper = &upstream{p: p, st: st, release: release}
+	return r, nil
+}
+
+// resolveTarget normalises the destination and path, and refuses host confusion: inside a
+// tunnel the Host header must name the CONNECT target; in absolute form the URL's host is
+// the target and the Host header is replaced (RFC 9112 §3.2.2).
+func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
+	bad := func(reason string) (target, *refusal) {
+		return target{}, &refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol", reason: reason, class: "bad_request"}
+	}
+	if r.URL == nil {
+		return bad("request has no URL")
+	}
+	if r.URL.User != nil {
+		return bad("URLs with user:password@ are not accepted; airlock attaches credentials itself")
+	}
+	t := target{scheme: r.URL.Scheme}
+	if t.scheme != "http" && t.scheme != "https" {
+		return bad("only http and https URLs can be proxied, not " + strconv.Quote(t.scheme))
+	}
+	defPort := 80
+	if t.scheme == "https" {
+		defPort = 443
+	}
+	if tun != nil {
+		hostHeader := r.Host
+		if hostHeader == "" {
+			hostHeader = tun.host
+		}
+		h, port, err := splitHostPort(hostHeader, tun.port)
+		if err != nil {
+			return bad("Host header is not a valid host: " + err.Error())
+		}
+		if h != tun.host || port != tun.port && hasExplicitPort(hostHeader) {
+			return target{scheme: t.scheme, host: h, port: port}, &refusal{status: http.StatusMisdirectedRequest, decision: "deny", rule: "protocol.host_mismatch",
+				reason: "the Host header (" + h + ") does not name the CONNECT target (" + tun.host + "); send requests for another host through their own CONNECT", class: "bad_request"}
+		}
+		t.host, t.port = tun.host, tun.port
+	} else {
+		h, port, err := splitHostPort(r.URL.Host, defPort)
+		if err != nil {
+			return bad("request URL host is not valid: " + err.Error())
+		}
+		t.host, t.port = h, port
+	}
+	path, err := NormalizePath(r.URL.EscapedPath())
+	if err != nil {
+		return target{scheme: t.scheme, host: t.host, port: t.port}, &refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol", reason: err.Error(), class: "bad_request"}
+	}
+	t.path = path
+	// What is dialled and sent is exactly what the policy sees.
+	if t.port == defPort {
+		r.URL.Host = bracket(t.host)
+	} else {
+		r.URL.Host = joinHostPort(t.host, t.port)
+	}
+	r.Host = ""
+	if err := setEscapedPath(r, path); err != nil {
+		return bad(err.Error())
+	}
+	return t, nil
+}
+
+func hasExplicitPort(hostport string) bool {
+	_, p, err := splitHostPortRaw(hostport)
+	return err == nil && p != ""
+}
+
+func (p *Proxy) finishRefusal(ctx context.Context, st *reqState, f refusal) {
+	st.ev.Status = f.status
+	if st.ev.Decision == "" || f.decision != "deny" || st.ev.Decision == "allow" || st.ev.Decision == "approve" {
+		st.ev.Decision = f.decision
+	}
+	if f.rule != "" {
+		st.ev.Rule = f.rule
+	}
+	st.ev.Reason = f.reason
+	st.ev.ErrorClass = f.class
+	p.finish(ctx, st)
+}
+
+// finish records the request's one audit event and ends its span.
+func (p *Proxy) finish(ctx context.Context, st *reqState) {
+	if st.done {
+		return
+	}
+	st.done = true
+	st.ev.Time = st.start.UTC()
+	st.ev.DurationMS = float64(time.Since(st.start).Microseconds()) / 1000
+	st.end(&st.ev)
+	if p.opts.Auditor != nil {
+		if err := p.opts.Auditor.Record(ctx, st.ev); err != nil {
+			p.log.Error("audit record failed", "err", err, "sandbox", st.ev.SandboxID)
+		}
+	}
+}
+
+var errNoApprover = errors.New("no approver configured")

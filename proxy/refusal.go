@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// refusal is every answer the proxy gives instead of the upstream's, mapped to a status in
+// one place. The text is written for the agent that reads it: what was refused, by which
+// rule, why, and what to do.
+type refusal struct {
+	status   int
+	decision string // deny, error, would_deny...
+	rule     string
+	reason   string
+	class    string // error class for audit and metrics: policy, identity, dial_guard, upstream...
+	extra    http.Header
+}
+
+// Statuses: 403 policy or dial guard, 407 identity, 400 malformed, 413 body too large,
+// 421 host confusion, 429 too many requests, 502/504 upstream, 503 policy or a dependency
+// (Vault, approval store, audit sink) unavailable.
+
+type refusalBody struct {
+	Error    string `json:"error"`
+	Status   int    `json:"status"`
+	Decision string `json:"decision"`
+	Rule     string `json:"rule,omitempty"`
+	Reason   string `json:"reason"`
+	Method   string `json:"method,omitempty"`
+	URL      string `json:"url,omitempty"`
+}
+
+func (f refusal) body(r *http.Request) (contentType string, b []byte) {
+	target := ""
+	if r != nil {
+		if r.Method == http.MethodConnect {
+			target = "CONNECT " + r.Host
+		} else if r.URL != nil {
+			target = r.Method + " " + redactedURL(r)
+		}
+	}
+	if r != nil && strings.Contains(r.Header.Get("Accept"), "application/json") {
+		rb := refusalBody{Error: "airlock refused the request", Status: f.status, Decision: f.decision,
+			Rule: f.rule, Reason: f.reason}
+		if r.URL != nil {
+			rb.Method = r.Method
+			rb.URL = redactedURL(r)
+		}
+		b, _ := json.Marshal(rb)
+		return "application/json", append(b, '\n')
+	}
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "airlock refused %s (%d %s)\n", target, f.status, http.StatusText(f.status))
+	fmt.Fprintf(&buf, "decision: %s\n", f.decision)
+	if f.rule != "" {
+		fmt.Fprintf(&buf, "rule: %s\n", f.rule)
+	}
+	fmt.Fprintf(&buf, "reason: %s\n", f.reason)
+	return "text/plain; charset=utf-8", buf.Bytes()
+}
+
+func (f refusal) header() http.Header {
+	h := http.Header{}
+	for k, v := range f.extra {
+		h[k] = v
+	}
+	h.Set("X-Airlock-Decision", f.decision)
+	if f.rule != "" {
+		h.Set("X-Airlock-Rule", headerSafe(f.rule))
+	}
+	h.Set("X-Airlock-Reason", headerSafe(f.reason))
+	h.Set("Cache-Control", "no-store")
+	if f.status == http.StatusProxyAuthRequired {
+		h.Set("Proxy-Authenticate", `Basic realm="airlock"`)
+	}
+	return h
+}
+
+// response builds the refusal as an *http.Response for goproxy to write.
+func (f refusal) response(r *http.Request) *http.Response {
+	ct, b := f.body(r)
+	h := f.header()
+	h.Set("Content-Type", ct)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	return &http.Response{
+		StatusCode:    f.status,
+		Status:        fmt.Sprintf("%d %s", f.status, http.StatusText(f.status)),
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(bytes.NewReader(b)),
+		ContentLength: int64(len(b)),
+		Request:       r,
+		Close:         f.status == http.StatusBadRequest || f.status == http.StatusMisdirectedRequest,
+	}
+}
+
+func (p *Proxy) writeRefusal(w http.ResponseWriter, r *http.Request, f refusal) {
+	ct, b := f.body(r)
+	for k, v := range f.header() {
+		w.Header()[k] = v
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(f.status)
+	_, _ = w.Write(b)
+}
+
+// writeRawRefusal writes the refusal on a hijacked connection (a CONNECT that failed).
+func writeRawRefusal(w io.Writer, r *http.Request, f refusal) {
+	resp := f.response(r)
+	resp.Close = true
+	_ = resp.Write(w)
+}
+
+// headerSafe keeps a header value on one line of printable ASCII.
+func headerSafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = ' '
+		}
+	}
+	if len(b) > 300 {
+		b = append(b[:297], "..."...)
+	}
+	return string(b)
+}
+
+// redactedURL is the request URL with query values replaced, for texts and logs.
+func redactedURL(r *http.Request) string {
+	u := *r.URL
+	u.User = nil
+	if u.RawQuery != "" {
+		u.RawQuery = redactQuery(u.RawQuery)
+	}
+	return u.String()
+}
+
+// redactQuery keeps query keys and replaces every value.
+func redactQuery(raw string) string {
+	parts := strings.Split(raw, "&")
+	for i, kv := range parts {
+		if k, _, ok := strings.Cut(kv, "="); ok {
+			parts[i] = k + "=[redacted]"
+		}
+	}
+	return strings.Join(parts, "&")
+}

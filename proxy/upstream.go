@@ -1,0 +1,264 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/airlock-proxy/airlock/secrets"
+)
+
+func newTransport(g *Guard, opts Options) (*http.Transport, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if opts.UpstreamCAs != nil {
+		// x509.CertPool cannot be merged; the caller's pool is used as extra roots through
+		// VerifyConnection below.
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}
+	if extra := opts.UpstreamCAs; extra != nil {
+		cfg.InsecureSkipVerify = true // verification is done by VerifyConnection, against both pools
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			return verifyWithPools(cs, roots, extra)
+		}
+	}
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           g.DialContext,
+		TLSClientConfig:       cfg,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          2048,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: opts.Limits.UpstreamHeaderTimeout,
+		ExpectContinueTimeout: time.Second,
+	}, nil
+}
+
+// verifyWithPools verifies the server chain against the system roots or the extra roots.
+func verifyWithPools(cs tls.ConnectionState, pools ...*x509.CertPool) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("upstream sent no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	var firstErr error
+	for _, pool := range pools {
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: cs.ServerName, Roots: pool, Intermediates: inter})
+		if err == nil {
+			return nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// LoadCAFile reads PEM certificates for --upstream-ca.
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, errors.New(path + ": no PEM certificates found")
+	}
+	return pool, nil
+}
+
+// hopHeaders are removed before a request goes upstream (RFC 9110 §7.6.1).
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding"}
+
+func removeHopHeaders(h http.Header) {
+	upgrade := h.Get("Upgrade")
+	for _, f := range h.Values("Connection") {
+		for _, name := range strings.Split(f, ",") {
+			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "Upgrade") {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+	if upgrade != "" {
+		h.Set("Connection", "Upgrade")
+		h.Set("Upgrade", upgrade)
+	} else {
+		h.Del("Upgrade")
+	}
+}
+
+// upstream sends one allowed request: credentials, dial guard, round trip, scrubbing, record.
+type upstream struct {
+	p       *Proxy
+	st      *reqState
+	release func()
+}
+
+func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Response, error) {
+	p, st := u.p, u.st
+	fail := func(f refusal) (*http.Response, error) {
+		u.release()
+		p.finishRefusal(req.Context(), st, f)
+		return f.response(req), nil
+	}
+	removeHopHeaders(req.Header)
+	var scrub secrets.Scrubber
+	if len(st.creds) > 0 {
+		if p.opts.Credentials == nil {
+			return fail(refusal{status: http.StatusServiceUnavailable, decision: "error", rule: st.ev.Rule,
+				reason: "the policy names credentials " + strings.Join(st.creds, ", ") + " but no credential source is configured", class: "credential"})
+		}
+		var err error
+		scrub, err = p.opts.Credentials.Attach(req.Context(), secrets.AttachRequest{SandboxID: st.id.ID, Names: st.creds, Out: req})
+		if err != nil {
+			status := http.StatusServiceUnavailable
+			var hs interface{ HTTPStatus() int }
+			if errors.As(err, &hs) {
+				status = hs.HTTPStatus()
+			}
+			p.log.Error("credential attach failed", "sandbox", st.id.ID, "credentials", st.creds, "err", err)
+			return fail(refusal{status: status, decision: "error", rule: st.ev.Rule, reason: err.Error(), class: "credential"})
+		}
+	}
+	var in *countingReader
+	if req.Body != nil && req.Body != http.NoBody {
+		in = &countingReader{ReadCloser: req.Body}
+		req.Body = in
+	}
+	resp, err := p.tr.RoundTrip(req)
+	if in != nil {
+		st.ev.BytesIn = in.n.Load()
+	}
+	if err != nil {
+		return fail(upstreamError(err))
+	}
+	st.ev.Status = resp.StatusCode
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The body is the upgraded connection and must stay an io.ReadWriter.
+		u.release()
+		p.finish(req.Context(), st)
+		return resp, nil
+	}
+	if scrub != nil {
+		scrub.ScrubResponse(resp)
+	}
+	resp.Body = &recordingBody{ReadCloser: resp.Body, onClose: func(n int64) {
+		u.release()
+		st.ev.BytesOut = n
+		p.finish(context.Background(), st)
+	}}
+	return resp, nil
+}
+
+// upstreamError maps a round-trip error to what the agent is told.
+func upstreamError(err error) refusal {
+	var de *DialDeniedError
+	if errors.As(err, &de) {
+		return refusal{status: http.StatusForbidden, decision: "deny", rule: "dial_guard",
+			reason: de.Error() + "; airlock never dials such addresses (an operator can allow a range with --allow-private)", class: "dial_guard"}
+	}
+	var re *ResolveError
+	if errors.As(err, &re) {
+		return refusal{status: http.StatusBadGateway, decision: "error", rule: "upstream",
+			reason: "could not resolve " + re.Host, class: "dns"}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		return refusal{status: http.StatusGatewayTimeout, decision: "error", rule: "upstream",
+			reason: "the upstream did not answer in time", class: "upstream_timeout"}
+	}
+	msg := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg = ue.Err.Error()
+	}
+	return refusal{status: http.StatusBadGateway, decision: "error", rule: "upstream",
+		reason: "the upstream could not be reached: " + msg, class: "upstream"}
+}
+
+// tunnelDialError answers a CONNECT whose (tunnel-mode) dial failed.
+func (p *Proxy) tunnelDialError(w io.Writer, ctx *goproxy.ProxyCtx, err error) {
+	f := upstreamError(err)
+	id, _ := identityFrom(ctx.Req.Context())
+	st := p.begin(ctx.Req.Context(), ctx.Req, id, "connect")
+	st.ev.Host = ctx.Req.URL.Hostname()
+	p.finishRefusal(ctx.Req.Context(), st, f)
+	writeRawRefusal(w, ctx.Req, f)
+}
+
+type countingReader struct {
+	io.ReadCloser
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.ReadCloser.Read(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+type recordingBody struct {
+	io.ReadCloser
+	n       int64
+	closed  bool
+	onClose func(n int64)
+}
+
+func (b *recordingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	return n, err
+}
+
+func (b *recordingBody) Close() error {
+	err := b.ReadCloser.Close()
+	if !b.closed {
+		b.closed = true
+		b.onClose(b.n)
+	}
+	return err
+}
+
+func bracket(host string) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]"
+	}
+	return host
+}
+
+func splitHostPortRaw(hostport string) (string, string, error) {
+	if strings.HasPrefix(hostport, "[") && strings.HasSuffix(hostport, "]") || !strings.Contains(hostport, ":") {
+		return hostport, "", nil
+	}
+	return net.SplitHostPort(hostport)
+}
+
+func setEscapedPath(r *http.Request, escaped string) error {
+	dec, err := url.PathUnescape(escaped)
+	if err != nil {
+		return err
+	}
+	r.URL.Path = dec
+	r.URL.RawPath = escaped
+	return nil
+}
