@@ -11,8 +11,8 @@ import (
 	"github.com/elazarl/goproxy"
 
 	"github.com/airlock-proxy/airlock/audit"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/rego"
 )
 
 // tunnel is what a CONNECT established; goproxy hands it to every request read inside it.
@@ -39,7 +39,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		st := p.begin(r.Context(), r, identity.Identity{ID: "unknown"}, "identity")
 		f := refusal{status: http.StatusProxyAuthRequired, decision: "deny", rule: "identity",
 			reason: "this listener needs a valid proxy credential (Proxy-Authorization) issued by airlock; a missing, unknown or revoked one is refused",
-			class: "identity"}
+			class:  "identity"}
 		p.finishRefusal(r.Context(), st, f)
 		p.writeRefusal(w, r, f)
 		return

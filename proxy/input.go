@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/rego"
 )
 
 // hiddenHeaders never reach the policy input (DESIGN.md: values of Authorization, Cookie,

@@ -34,14 +34,14 @@ type Options struct {
 	Auditor     Auditor
 	Telemetry   Telemetry
 
-	AllowPrivate []netip.Prefix  // destinations in these ranges may be dialled
-	UpstreamCAs  *x509.CertPool  // extra roots for upstream servers; system roots always apply
-	Resolver     Resolver        // nil: the system resolver
-	RequireAuth  bool            // requests on a shared listener without a proxy credential get 407
-	ReportOnly   bool            // rollout mode: denied requests pass, recorded as would_deny
-	PolicyRevision func() string // for audit events; may be nil
-	Logger       *slog.Logger
-	Limits       Limits
+	AllowPrivate   []netip.Prefix // destinations in these ranges may be dialled
+	UpstreamCAs    *x509.CertPool // extra roots for upstream servers; system roots always apply
+	Resolver       Resolver       // nil: the system resolver
+	RequireAuth    bool           // requests on a shared listener without a proxy credential get 407
+	ReportOnly     bool           // rollout mode: denied requests pass, recorded as would_deny
+	PolicyRevision func() string  // for audit events; may be nil
+	Logger         *slog.Logger
+	Limits         Limits
 }
 
 // Limits bound what one client can make the proxy hold.
@@ -151,7 +151,6 @@ func (p *Proxy) Attach(ln net.Listener, id identity.Identity) (detach func()) {
 		<-done
 	}
 }
-
 
 func (p *Proxy) serve(ln net.Listener, li *listenerInfo) error {
 	return p.serveWith(p.newServer(li), ln)
