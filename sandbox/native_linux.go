@@ -1,0 +1,295 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Native is the default backend: Linux namespaces, cgroups, seccomp and Landlock, no daemon.
+// It needs root. The zero value uses DefaultStateDir and DefaultCgroupRoot.
+type Native struct {
+	StateDir   string // per-sandbox directories and uid-range slots
+	CgroupRoot string // where the cgroup hierarchies are mounted
+}
+
+// Defaults of the native backend.
+const (
+	DefaultStateDir   = "/run/airlock"
+	DefaultCgroupRoot = "/sys/fs/cgroup"
+	uidRangeBase      = 100000
+	uidRangeSize      = 65536
+	uidSlots          = 32000
+)
+
+var _ Backend = (*Native)(nil)
+
+func (n *Native) stateDir() string {
+	if n != nil && n.StateDir != "" {
+		return n.StateDir
+	}
+	return DefaultStateDir
+}
+
+func (n *Native) cgroupRoot() string {
+	if n != nil && n.CgroupRoot != "" {
+		return n.CgroupRoot
+	}
+	return DefaultCgroupRoot
+}
+
+// nativeInstance is one running native sandbox.
+type nativeInstance struct {
+	opts    Options
+	dir     string // state directory
+	slot    string // uid slot file
+	uidBase int
+	cg      *cgroups
+	holder  *exec.Cmd
+	ctrl    *os.File
+	ctrlMu  sync.Mutex
+	detach  []func()
+	netns   uint64 // inode of the network namespace, for leak checks
+
+	mu       sync.Mutex
+	runs     int
+	closed   bool
+	closeErr error
+	changes  []Change
+	waitErr  chan error
+}
+
+// Create builds and starts a native sandbox.
+func (n *Native) Create(ctx context.Context, o Options) (inst Instance, err error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("native sandbox: needs root")
+	}
+	in := &nativeInstance{opts: o, dir: filepath.Join(n.stateDir(), "sandboxes", o.ID)}
+	defer func() {
+		if err != nil {
+			_ = in.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := os.MkdirAll(filepath.Dir(in.dir), 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	if err := os.Mkdir(in.dir, 0o700); err != nil {
+		if os.IsExist(err) {
+			return nil, fmt.Errorf("sandbox %s already exists", o.ID)
+		}
+		return nil, fmt.Errorf("create sandbox directory: %w", err)
+	}
+	if err := writeOwner(in.dir); err != nil {
+		return nil, err
+	}
+	if in.slot, in.uidBase, err = allocateSlot(filepath.Join(n.stateDir(), "slots"), o.ID); err != nil {
+		return nil, err
+	}
+	if in.cg, err = newCgroups(n.cgroupRoot(), o.ID, o); err != nil {
+		return nil, err
+	}
+	if err := in.startHolder(ctx); err != nil {
+		return nil, err
+	}
+	if o.Proxy != nil {
+		if err := in.attachProxy(); err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+func (in *nativeInstance) holderConfig() (*holderConfig, error) {
+	o := in.opts
+	root := filepath.Join(in.dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return nil, fmt.Errorf("create root mount point: %w", err)
+	}
+	cfg := &holderConfig{
+		ID: o.ID, Rootfs: o.Rootfs, RootPaths: defaultRootPaths, ReadOnlyPaths: o.ReadOnlyPaths,
+		NewRoot: root, Workspace: o.Workspace, WorkspaceMode: string(o.WorkspaceMode),
+		TmpSize: o.TmpSize, UIDBase: in.uidBase, CABundle: o.CABundle, IdmapFD: -1,
+	}
+	if o.Workspace != "" {
+		fi, err := os.Stat(o.Workspace)
+		if err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("workspace %s: not a directory", o.Workspace)
+		}
+	}
+	if o.WorkspaceMode == WorkspaceCoW && o.Workspace != "" {
+		cfg.LowerDir = filepath.Join(in.dir, "lower")
+		cfg.UpperDir = filepath.Join(in.dir, "upper")
+		cfg.WorkDir = filepath.Join(in.dir, "work")
+		for _, d := range []string{cfg.LowerDir, cfg.UpperDir, cfg.WorkDir} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return nil, fmt.Errorf("create overlay directory: %w", err)
+			}
+		}
+		id := in.uidBase + sandboxUID
+		if err := os.Chown(cfg.UpperDir, id, in.uidBase+sandboxGID); err != nil {
+			return nil, fmt.Errorf("chown overlay upper directory: %w", err)
+		}
+	}
+	return cfg, nil
+}
+
+func (in *nativeInstance) startHolder(ctx context.Context) error {
+	cfg, err := in.holderConfig()
+	if err != nil {
+		return err
+	}
+	parentEnd, childEnd, err := seqpacketPair()
+	if err != nil {
+		return err
+	}
+	in.ctrl = parentEnd
+	extra := []*os.File{childEnd}
+	defer func() { closeFiles(extra) }()
+	if cfg.Workspace != "" {
+		keeper, nsFile, err := in.idmapNamespace()
+		if err != nil {
+			return err
+		}
+		defer keeper()
+		cfg.IdmapFD = 3 + len(extra)
+		extra = append(extra, nsFile)
+	}
+	procs, err := in.cg.procsFiles()
+	if err != nil {
+		return err
+	}
+	for _, f := range procs {
+		cfg.CgroupFDs = append(cfg.CgroupFDs, 3+len(extra))
+		extra = append(extra, f)
+	}
+	in.holder = &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{stageHolder},
+		Env:        []string{},
+		ExtraFiles: extra,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if err := in.holder.Start(); err != nil {
+		in.holder = nil
+		return fmt.Errorf("start sandbox: %w", err)
+	}
+	in.waitErr = make(chan error, 1)
+	go func(c *exec.Cmd) { in.waitErr <- c.Wait() }(in.holder)
+	closeFiles(extra)
+	extra = nil
+	if err := sendMsg(int(in.ctrl.Fd()), cfg); err != nil {
+		return err
+	}
+	var reply holderReply
+	if err := in.recvCtrl(ctx, &reply); err != nil {
+		return fmt.Errorf("set up sandbox: %w", err)
+	}
+	if reply.Error != "" {
+		return fmt.Errorf("set up sandbox: %s", reply.Error)
+	}
+	var st unix.Stat_t
+	if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", in.holder.Process.Pid), &st) == nil {
+		in.netns = st.Ino
+	}
+	return nil
+}
+
+// recvCtrl waits for the holder's answer, giving up when ctx ends or the holder dies.
+func (in *nativeInstance) recvCtrl(ctx context.Context, v any) error {
+	done := make(chan error, 1)
+	go func() {
+		files, err := recvMsg(int(in.ctrl.Fd()), v)
+		closeFiles(files)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		_ = unix.Shutdown(int(in.ctrl.Fd()), unix.SHUT_RDWR)
+		<-done
+		return ctx.Err()
+	}
+}
+
+// idmapNamespace starts a process holding a user namespace that maps the workspace owner to
+// the sandbox user's host uid, for the workspace's idmapped mount. The returned function
+// ends that process.
+func (in *nativeInstance) idmapNamespace() (func(), *os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(in.opts.Workspace, &st); err != nil {
+		return nil, nil, fmt.Errorf("workspace: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	cmd := &exec.Cmd{
+		Path:  "/proc/self/exe",
+		Args:  []string{stageUserNS},
+		Env:   []string{},
+		Stdin: r,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Uid), HostID: in.uidBase + sandboxUID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: int(st.Gid), HostID: in.uidBase + sandboxGID, Size: 1}},
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	err = cmd.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		return nil, nil, fmt.Errorf("start id-map namespace: %w", err)
+	}
+	stop := func() {
+		w.Close()
+		_ = cmd.Wait()
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
+	if err != nil {
+		_ = cmd.Process.Kill()
+		stop()
+		return nil, nil, fmt.Errorf("open id-map namespace: %w", err)
+	}
+	return stop, ns, nil
+}
+
+func (in *nativeInstance) attachProxy() error {
+	lns, err := listenInNetns(fmt.Sprintf("/proc/%d/ns/net", in.holder.Process.Pid))
+	if err != nil {
+		return err
+	}
+	id := Identity{ID: in.opts.ID, Labels: in.opts.Labels}
+	for _, ln := range lns {
+		in.detach = append(in.detach, in.opts.Proxy.Attach(ln, id))
+	}
+	return nil
+}
+
+// NetNSInode is the inode number of the sandbox's network namespace (0 if unknown).
+func (in *nativeInstance) NetNSInode() uint64 { return in.netns }
+
+
+func writeOwner(dir string) error {
+	b := []byte(strconv.Itoa(os.Getpid()) + " " + strconv.FormatUint(processStart(os.Getpid()), 10))
+	if err := os.WriteFile(filepath.Join(dir, "owner"), b, 0o600); err != nil {
+		return fmt.Errorf("write owner: %w", err)
+	}
+	return nil
+}

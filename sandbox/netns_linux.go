@@ -1,0 +1,106 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// listenInNetns brings up lo in the network namespace at nsPath and opens the proxy
+// listeners (127.0.0.1 and [::1], port ProxyPort) inside it. The sockets stay in that
+// namespace; whoever accepts on them does so from its own.
+//
+// setns affects only the calling OS thread: the work happens on a locked thread that is
+// switched back before it is unlocked. If switching back fails the goroutine exits still
+// locked, and the Go runtime terminates that thread rather than reuse it.
+func listenInNetns(nsPath string) ([]net.Listener, error) {
+	type result struct {
+		lns []net.Listener
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("open own network namespace: %w", err)}
+			return
+		}
+		defer orig.Close()
+		target, err := os.Open(nsPath)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("open sandbox network namespace: %w", err)}
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("enter sandbox network namespace: %w", err)}
+			return
+		}
+		lns, lerr := openProxyListeners()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			closeListeners(lns)
+			done <- result{err: fmt.Errorf("return to own network namespace: %w", err)}
+			return // the thread stays locked and dies with this goroutine
+		}
+		runtime.UnlockOSThread()
+		done <- result{lns: lns, err: lerr}
+	}()
+	r := <-done
+	return r.lns, r.err
+}
+
+func openProxyListeners() ([]net.Listener, error) {
+	if err := loopbackUp(); err != nil {
+		return nil, err
+	}
+	port := strconv.Itoa(ProxyPort)
+	ln4, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		return nil, fmt.Errorf("listen on 127.0.0.1 in sandbox: %w", err)
+	}
+	ln6, err := net.Listen("tcp6", net.JoinHostPort("::1", port))
+	if err != nil {
+		ln4.Close()
+		return nil, fmt.Errorf("listen on [::1] in sandbox: %w", err)
+	}
+	return []net.Listener{ln4, ln6}, nil
+}
+
+// loopbackUp sets IFF_UP on lo in the calling thread's network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket for lo: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("read lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring lo up: %w", err)
+	}
+	return nil
+}
+
+func closeListeners(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
+}
+
+
+var errClosed = errors.New("sandbox is closed")

@@ -1,0 +1,160 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// WorkspaceMode says how the workspace directory is mounted.
+type WorkspaceMode string
+
+// Workspace modes.
+const (
+	WorkspaceRW  WorkspaceMode = "rw"  // read-write: the sandbox changes the host directory
+	WorkspaceRO  WorkspaceMode = "ro"  // read-only
+	WorkspaceCoW WorkspaceMode = "cow" // copy-on-write: the host directory stays untouched; see Changes and Patch
+)
+
+// Options describe a sandbox. The zero value (plus nothing) is a sandbox with no workspace,
+// no network (no Proxy), the host's root read-only, and default limits.
+type Options struct {
+	ID     string            // unique id; generated ("sbx-" + random hex) when empty
+	Labels map[string]string // identity labels handed to the proxy
+	// PolicyRevision is copied into the run report.
+	PolicyRevision string
+
+	Workspace     string        // host directory mounted at /workspace; none when empty
+	WorkspaceMode WorkspaceMode // default rw
+	Rootfs        string        // root file system to expose read-only; default "/"
+	// ReadOnlyPaths are further host paths bound read-only at the same place (e.g. a
+	// toolchain outside /usr).
+	ReadOnlyPaths []string
+
+	Timeout time.Duration // wall-clock limit per Run; 0 means none
+	Memory  int64         // memory limit in bytes; 0 means none
+	Pids    int64         // process/thread limit; 0 means DefaultPids
+	CPUs    float64       // CPU limit in cores; 0 means none
+	TmpSize int64         // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize
+
+	Env      []string // explicit K=V entries added to the built environment
+	CABundle []byte   // PEM bundle (system roots + airlock CA) the sandbox trusts
+
+	Proxy   ProxyHost // serves the sandbox's listener; nil means no network at all
+	Revoker Revoker   // revokes the sandbox's credential leases on Close; may be nil
+
+	Logger  *slog.Logger // nil means discard
+	OnEvent EventFunc    // lifecycle events for audit; may be nil
+	Backend Backend      // nil means the native Linux backend
+}
+
+// EventFunc receives lifecycle events: kind is "sandbox.start", "sandbox.run" or
+// "sandbox.end"; fields carry ids, limits and outcomes, never secret values.
+type EventFunc func(ctx context.Context, kind string, fields map[string]any)
+
+// Defaults.
+const (
+	DefaultPids        = 1024
+	DefaultTmpSize     = 256 << 20
+	DefaultOutputLimit = 1 << 20
+	ProxyPort          = 3128
+	ExitTimeout        = 124
+)
+
+var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// withDefaults validates o and fills in defaults.
+func (o Options) withDefaults() (Options, error) {
+	if o.ID == "" {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return o, fmt.Errorf("generate sandbox id: %w", err)
+		}
+		o.ID = "sbx-" + hex.EncodeToString(b[:])
+	}
+	if !idPattern.MatchString(o.ID) {
+		return o, fmt.Errorf("sandbox id %q: want 1-63 letters, digits, '_', '.' or '-'", o.ID)
+	}
+	if o.WorkspaceMode == "" {
+		o.WorkspaceMode = WorkspaceRW
+	}
+	switch o.WorkspaceMode {
+	case WorkspaceRW, WorkspaceRO, WorkspaceCoW:
+	default:
+		return o, fmt.Errorf("workspace mode %q: want rw, ro or cow", o.WorkspaceMode)
+	}
+	if o.Workspace != "" {
+		abs, err := filepath.Abs(o.Workspace)
+		if err != nil {
+			return o, fmt.Errorf("workspace %s: %w", o.Workspace, err)
+		}
+		o.Workspace = abs
+	}
+	if o.Rootfs == "" {
+		o.Rootfs = "/"
+	}
+	for _, p := range o.ReadOnlyPaths {
+		if !filepath.IsAbs(p) {
+			return o, fmt.Errorf("read-only path %q: must be absolute", p)
+		}
+	}
+	if o.Timeout < 0 || o.Memory < 0 || o.Pids < 0 || o.CPUs < 0 || o.TmpSize < 0 {
+		return o, errors.New("sandbox limits must not be negative")
+	}
+	if o.Pids == 0 {
+		o.Pids = DefaultPids
+	}
+	if o.TmpSize == 0 {
+		o.TmpSize = DefaultTmpSize
+	}
+	for _, kv := range o.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return o, fmt.Errorf("environment entry %q: want K=V", kv)
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// Command is one program to run in a sandbox.
+type Command struct {
+	Args        []string  // program and arguments; the program is looked up in the sandbox's PATH
+	Env         []string  // extra K=V entries for this command only
+	Dir         string    // working directory inside; default /workspace (or $HOME without one)
+	Stdin       io.Reader // nil means empty input
+	Stdout      io.Writer // streamed output; may be nil
+	Stderr      io.Writer
+	OutputLimit int           // bytes of each stream kept in Result; 0 means DefaultOutputLimit
+	Timeout     time.Duration // overrides Options.Timeout when positive
+}
+
+// Result is the outcome of one Run.
+type Result struct {
+	ExitCode  int    // the command's status; 128+n when killed by signal n; 124 on timeout
+	Signal    string // e.g. "SIGKILL" when a signal ended it
+	TimedOut  bool
+	Stdout    []byte // captured up to the output limit
+	Stderr    []byte
+	Truncated bool // some output was not captured (it was still streamed)
+	Start     time.Time
+	End       time.Time
+	Usage     Usage
+}
+
+// Usage is what a run consumed. Zero means unknown.
+type Usage struct {
+	PeakMemory int64         `json:"peak_memory_bytes"`
+	CPU        time.Duration `json:"cpu_ns"`
+	Pids       int64         `json:"pids_peak"`
+	OOMKilled  bool          `json:"oom_killed"`
+}

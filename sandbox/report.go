@@ -1,0 +1,77 @@
+package sandbox
+
+import (
+	"slices"
+	"time"
+)
+
+// Report is the JSON run report of a sandbox (`airlock sandbox run --report F`).
+type Report struct {
+	SandboxID      string            `json:"sandbox_id"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	PolicyRevision string            `json:"policy_revision,omitempty"`
+	Start          time.Time         `json:"start"`
+	End            time.Time         `json:"end,omitzero"`
+	Command        []string          `json:"command,omitempty"`
+	ExitCode       int               `json:"exit_code"`
+	Signal         string            `json:"signal,omitempty"`
+	TimedOut       bool              `json:"timed_out"`
+	Runs           int               `json:"runs"`
+	Usage          Usage             `json:"usage"`
+	Requests       RequestCounts     `json:"requests"`
+	Changes        []Change          `json:"changes,omitempty"`
+}
+
+// RequestCounts counts the proxy's decisions on this sandbox's requests.
+type RequestCounts struct {
+	Allowed  int `json:"allowed"`
+	Denied   int `json:"denied"`
+	Approved int `json:"approved"`
+	// DeniedDestinations lists each refused host once, in order of first refusal.
+	DeniedDestinations []string `json:"denied_destinations,omitempty"`
+}
+
+// maxDeniedDestinations bounds the report's list of refused hosts.
+const maxDeniedDestinations = 100
+
+// Observe counts one proxy decision on a request of this sandbox: "allow", "deny" or
+// "approve"/"approved" (held and then approved); any other outcome (a rejected or expired
+// approval, an error) counts as denied. The proxy's auditor calls it.
+func (s *Sandbox) Observe(decision, host string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := &s.report.Requests
+	switch decision {
+	case "allow":
+		r.Allowed++
+	case "approve", "approved":
+		r.Approved++
+	default:
+		r.Denied++
+		if host != "" && !slices.Contains(r.DeniedDestinations, host) && len(r.DeniedDestinations) < maxDeniedDestinations {
+			r.DeniedDestinations = append(r.DeniedDestinations, host)
+		}
+	}
+}
+
+// Report returns the run report so far; after Close it is complete.
+func (s *Sandbox) Report() Report {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.report
+	r.Requests.DeniedDestinations = slices.Clone(r.Requests.DeniedDestinations)
+	r.Changes = slices.Clone(r.Changes)
+	return r
+}
+
+// addRun records a run's outcome: the report describes the last command, with peaks over
+// all of them.
+func (r *Report) addRun(args []string, res Result) {
+	r.Runs++
+	r.Command = slices.Clone(args)
+	r.ExitCode, r.Signal, r.TimedOut = res.ExitCode, res.Signal, res.TimedOut
+	r.Usage.PeakMemory = max(r.Usage.PeakMemory, res.Usage.PeakMemory)
+	r.Usage.Pids = max(r.Usage.Pids, res.Usage.Pids)
+	r.Usage.CPU += res.Usage.CPU
+	r.Usage.OOMKilled = r.Usage.OOMKilled || res.Usage.OOMKilled
+}

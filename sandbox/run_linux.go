@@ -1,0 +1,259 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Run starts cmd (its environment already built) in the sandbox and waits for it.
+func (in *nativeInstance) Run(ctx context.Context, cmd Command) (Result, error) {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return Result{}, errClosed
+	}
+	in.runs++
+	n := in.runs
+	in.mu.Unlock()
+
+	runDir, err := in.cg.runGroup(n)
+	if err != nil {
+		return Result{}, err
+	}
+	if runDir != "" {
+		defer func() { _ = rmdirRetry(runDir) }()
+	}
+	in.cg.resetPeaks()
+	oomBefore := in.cg.oomKills()
+
+	st, err := newStdio(cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	defer st.closeAll()
+	connParent, connChild, err := seqpacketPair()
+	if err != nil {
+		return Result{}, err
+	}
+	defer connParent.Close()
+	files := []*os.File{connChild, st.stdinR, st.stdoutW, st.stderrW}
+	req := runRequest{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Writable: in.writable()}
+	if runDir != "" {
+		procs, err := os.OpenFile(filepath.Join(runDir, "cgroup.procs"), os.O_WRONLY, 0)
+		if err != nil {
+			connChild.Close()
+			return Result{}, fmt.Errorf("open run cgroup: %w", err)
+		}
+		defer procs.Close()
+		req.CgroupProcs = true
+		files = append(files, procs)
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	in.ctrlMu.Lock()
+	err = sendMsg(int(in.ctrl.Fd()), req, fds...)
+	in.ctrlMu.Unlock()
+	connChild.Close()
+	st.closeChildEnds()
+	if err != nil {
+		return Result{}, fmt.Errorf("start command: %w", err)
+	}
+	res := Result{Start: time.Now()}
+	st.copy()
+
+	conn := int(connParent.Fd())
+	msgs := make(chan runMessage, 2)
+	go func() {
+		defer close(msgs)
+		for {
+			var m runMessage
+			fs, err := recvMsg(conn, &m)
+			closeFiles(fs)
+			if err != nil {
+				return
+			}
+			msgs <- m
+			if m.Exited {
+				return
+			}
+		}
+	}()
+	kill := func() {
+		_ = sendMsg(conn, runMessage{Kill: true})
+		if runDir != "" {
+			_ = os.WriteFile(filepath.Join(runDir, "cgroup.kill"), []byte("1"), 0)
+		}
+	}
+	var timeout <-chan time.Time
+	if cmd.Timeout > 0 {
+		t := time.NewTimer(cmd.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var exit runMessage
+	var ctxErr error
+wait:
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				ctxErr = errors.New("sandbox ended during the command")
+				break wait
+			}
+			if m.Exited {
+				exit = m
+				break wait
+			}
+		case <-timeout:
+			res.TimedOut = true
+			timeout = nil
+			kill()
+		case <-ctx.Done():
+			if ctxErr == nil {
+				ctxErr = ctx.Err()
+				kill()
+			}
+		}
+	}
+	_ = unix.Shutdown(conn, unix.SHUT_RDWR)
+	st.wait()
+	res.End = time.Now()
+	res.Stdout, res.Stderr, res.Truncated = st.stdout.bytes(), st.stderr.bytes(), st.truncated()
+	res.ExitCode, res.Signal = exit.ExitCode, exit.Signal
+	res.Usage = Usage{
+		PeakMemory: in.cg.peakMemory(),
+		CPU:        time.Duration(exit.UserNS + exit.SysNS),
+		Pids:       in.cg.peakPids(),
+		OOMKilled:  in.cg.oomKills() > oomBefore,
+	}
+	if res.Usage.PeakMemory == 0 {
+		res.Usage.PeakMemory = exit.MaxRSS
+	}
+	if res.TimedOut {
+		res.ExitCode = ExitTimeout
+	}
+	if ctxErr != nil {
+		return res, fmt.Errorf("run %s: %w", cmd.Args[0], ctxErr)
+	}
+	if exit.Error != "" {
+		return res, fmt.Errorf("run %s: %s", cmd.Args[0], exit.Error)
+	}
+	return res, nil
+}
+
+// writable lists the directories a command may write beneath (for Landlock).
+func (in *nativeInstance) writable() []string {
+	w := []string{"/tmp", homeDir, "/dev"}
+	if in.opts.Workspace != "" && in.opts.WorkspaceMode != WorkspaceRO {
+		w = append(w, workspaceDir)
+	}
+	return w
+}
+
+// stdio is the parent's side of one run's standard streams.
+type stdio struct {
+	stdinR, stdinW   *os.File
+	stdoutR, stdoutW *os.File
+	stderrR, stderrW *os.File
+	stdin            io.Reader
+	stdout, stderr   *capture
+	done             chan struct{}
+	pending          int
+}
+
+func newStdio(cmd Command) (*stdio, error) {
+	limit := cmd.OutputLimit
+	if limit <= 0 {
+		limit = DefaultOutputLimit
+	}
+	st := &stdio{stdin: cmd.Stdin, stdout: &capture{w: cmd.Stdout, limit: limit},
+		stderr: &capture{w: cmd.Stderr, limit: limit}, done: make(chan struct{}, 3)}
+	var err error
+	if cmd.Stdin == nil {
+		st.stdinR, err = os.Open(os.DevNull)
+	} else {
+		st.stdinR, st.stdinW, err = os.Pipe()
+	}
+	if err == nil {
+		st.stdoutR, st.stdoutW, err = os.Pipe()
+	}
+	if err == nil {
+		st.stderrR, st.stderrW, err = os.Pipe()
+	}
+	if err != nil {
+		st.closeAll()
+		return nil, fmt.Errorf("create pipes: %w", err)
+	}
+	return st, nil
+}
+
+func (st *stdio) copy() {
+	if st.stdinW != nil {
+		go func() {
+			_, _ = io.Copy(st.stdinW, st.stdin)
+			st.stdinW.Close()
+		}()
+	}
+	for _, p := range []struct {
+		r *os.File
+		c *capture
+	}{{st.stdoutR, st.stdout}, {st.stderrR, st.stderr}} {
+		st.pending++
+		go func() {
+			_, _ = io.Copy(p.c, p.r)
+			st.done <- struct{}{}
+		}()
+	}
+}
+
+func (st *stdio) wait() {
+	for ; st.pending > 0; st.pending-- {
+		<-st.done
+	}
+}
+
+func (st *stdio) truncated() bool { return st.stdout.dropped || st.stderr.dropped }
+
+func (st *stdio) closeChildEnds() {
+	closeFiles([]*os.File{st.stdinR, st.stdoutW, st.stderrW})
+	st.stdinR, st.stdoutW, st.stderrW = nil, nil, nil
+}
+
+func (st *stdio) closeAll() {
+	closeFiles([]*os.File{st.stdinR, st.stdinW, st.stdoutW, st.stderrW, st.stdoutR, st.stderrR})
+}
+
+// capture streams to w and keeps the first limit bytes.
+type capture struct {
+	w       io.Writer
+	limit   int
+	buf     []byte
+	dropped bool
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	room := c.limit - len(c.buf)
+	if room >= len(p) {
+		c.buf = append(c.buf, p...)
+	} else {
+		c.buf = append(c.buf, p[:max(room, 0)]...)
+		c.dropped = true
+	}
+	if c.w != nil {
+		if _, err := c.w.Write(p); err != nil {
+			c.w = nil // a failing writer stops streaming, not the command
+		}
+	}
+	return len(p), nil
+}
+
+func (c *capture) bytes() []byte { return c.buf }

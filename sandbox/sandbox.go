@@ -1,0 +1,174 @@
+// Package sandbox spawns disposable, bounded sandboxes whose only way out is airlock's
+// proxy. The native Linux backend (namespaces, cgroups, seccomp, Landlock; no daemon) is the
+// default. A process using it must call Init first in main.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Backend creates sandboxes of one kind (native Linux; Docker later).
+type Backend interface {
+	// Create builds and starts a sandbox for validated options; o.Proxy, when set, must be
+	// given the sandbox's listener with Identity{o.ID, o.Labels}.
+	Create(ctx context.Context, o Options) (Instance, error)
+}
+
+// Instance is one sandbox of a backend.
+type Instance interface {
+	// Run runs cmd (environment fully built, timeout resolved) and waits for it.
+	Run(ctx context.Context, cmd Command) (Result, error)
+	// Changes and Patch describe a copy-on-write workspace.
+	Changes() ([]Change, error)
+	Patch() ([]byte, error)
+	// Close destroys the sandbox; it is idempotent.
+	Close(ctx context.Context) error
+}
+
+// Sandbox is a running sandbox. Its commands share the workspace, identity, network
+// namespace, /tmp and $HOME until Close.
+type Sandbox struct {
+	opts Options
+	inst Instance
+	env  []string
+
+	mu     sync.Mutex
+	report Report
+	closed bool
+	err    error
+}
+
+// New creates and starts a sandbox.
+func New(ctx context.Context, o Options) (*Sandbox, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	backend := o.Backend
+	if backend == nil {
+		backend = &Native{}
+	}
+	start := time.Now()
+	inst, err := backend.Create(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox %s: %w", o.ID, err)
+	}
+	s := &Sandbox{opts: o, inst: inst, env: baseEnv(o)}
+	s.report = Report{SandboxID: o.ID, Labels: o.Labels, PolicyRevision: o.PolicyRevision, Start: start}
+	o.Logger.Debug("sandbox started", "sandbox", o.ID, "elapsed", time.Since(start))
+	s.event(ctx, "sandbox.start", map[string]any{
+		"workspace": o.Workspace, "workspace_mode": string(o.WorkspaceMode),
+		"memory": o.Memory, "pids": o.Pids, "cpus": o.CPUs, "timeout": o.Timeout.String(),
+	})
+	return s, nil
+}
+
+// ID is the sandbox's identity id.
+func (s *Sandbox) ID() string { return s.opts.ID }
+
+// Identity is what the proxy attributes this sandbox's requests to.
+func (s *Sandbox) Identity() Identity { return Identity{ID: s.opts.ID, Labels: s.opts.Labels} }
+
+// Env is the environment every command starts with (before Command.Env).
+func (s *Sandbox) Env() []string { return append([]string(nil), s.env...) }
+
+// Run runs one command in the sandbox and waits for it. A command that outlives its timeout
+// is killed with its whole process tree and the result has TimedOut and exit code 124. The
+// returned error is about running the command, not its exit status.
+func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
+	if len(cmd.Args) == 0 {
+		return Result{}, errors.New("run: empty command")
+	}
+	for _, kv := range cmd.Env {
+		if !validEnv(kv) {
+			return Result{}, fmt.Errorf("run: environment entry %q: want K=V", kv)
+		}
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return Result{}, errClosed
+	}
+	cmd.Env = mergeEnv(s.env, cmd.Env)
+	if cmd.Timeout <= 0 {
+		cmd.Timeout = s.opts.Timeout
+	}
+	if cmd.Dir == "" {
+		cmd.Dir = homeDir
+		if s.opts.Workspace != "" {
+			cmd.Dir = workspaceDir
+		}
+	}
+	res, err := s.inst.Run(ctx, cmd)
+	s.mu.Lock()
+	s.report.addRun(cmd.Args, res)
+	s.mu.Unlock()
+	s.event(ctx, "sandbox.run", map[string]any{
+		"command": cmd.Args[0], "exit_code": res.ExitCode, "signal": res.Signal,
+		"timed_out": res.TimedOut, "peak_memory": res.Usage.PeakMemory,
+	})
+	return res, err
+}
+
+// Changes lists what was changed in a copy-on-write workspace; nil otherwise. After Close
+// it returns the list taken at Close.
+func (s *Sandbox) Changes() ([]Change, error) { return s.inst.Changes() }
+
+// Patch is a unified diff from the host workspace to the copy-on-write view; call it before
+// Close.
+func (s *Sandbox) Patch() ([]byte, error) { return s.inst.Patch() }
+
+// Close revokes the sandbox's credential leases, drops its listener and identity, kills
+// every process in it and removes its namespaces, mounts, cgroups and directories. It is
+// idempotent: later calls return the first result.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return s.err
+	}
+	s.closed = true
+	s.mu.Unlock()
+	var errs []error
+	if s.opts.Revoker != nil {
+		if err := s.opts.Revoker.RevokeSandbox(ctx, s.opts.ID); err != nil {
+			errs = append(errs, fmt.Errorf("revoke credentials: %w", err))
+		}
+	}
+	errs = append(errs, s.inst.Close(ctx))
+	changes, err := s.inst.Changes()
+	errs = append(errs, err)
+	err = errors.Join(errs...)
+	s.mu.Lock()
+	s.err = err
+	s.report.End = time.Now()
+	s.report.Changes = changes
+	rep := s.report
+	s.mu.Unlock()
+	fields := map[string]any{"exit_code": rep.ExitCode, "timed_out": rep.TimedOut,
+		"allowed": rep.Requests.Allowed, "denied": rep.Requests.Denied, "approved": rep.Requests.Approved}
+	if err != nil {
+		fields["error"] = err.Error()
+	}
+	s.event(ctx, "sandbox.end", fields)
+	if err != nil {
+		return fmt.Errorf("close sandbox %s: %w", s.opts.ID, err)
+	}
+	return nil
+}
+
+func (s *Sandbox) event(ctx context.Context, kind string, fields map[string]any) {
+	if s.opts.OnEvent == nil {
+		return
+	}
+	fields["sandbox"] = s.opts.ID
+	if len(s.opts.Labels) > 0 {
+		fields["labels"] = s.opts.Labels
+	}
+	s.opts.OnEvent(ctx, kind, fields)
+}

@@ -1,0 +1,109 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// runExec is the last stage before a sandboxed command: pid 1 of the run's PID namespace and
+// root of its fresh user namespace (mapped to the sandbox's host uid range). On one locked
+// thread it waits until the holder has placed it in its cgroups, forbids nested user
+// namespaces, drops to the sandbox user, clears every capability (bounding set included),
+// sets no_new_privs, applies Landlock and seccomp, and execs the command from that same
+// thread, so the credentials and filters of that thread become the process's.
+func runExec() error {
+	runtime.LockOSThread()
+	if len(os.Args) < 2 {
+		return errors.New("exec stage: missing config")
+	}
+	var cfg execConfig
+	if err := json.Unmarshal([]byte(os.Args[1]), &cfg); err != nil {
+		return fmt.Errorf("exec stage: decode config: %w", err)
+	}
+	if len(cfg.Args) == 0 {
+		return errors.New("exec stage: empty command")
+	}
+	gate := os.NewFile(3, "gate")
+	var b [1]byte
+	if n, _ := gate.Read(b[:]); n != 1 {
+		return errors.New("exec stage: holder did not release the command")
+	}
+	gate.Close()
+	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0\n"), 0); err != nil {
+		return fmt.Errorf("forbid nested user namespaces: %w", err)
+	}
+	if err := dropPrivileges(); err != nil {
+		return err
+	}
+	if cfg.Dir != "" {
+		if err := unix.Chdir(cfg.Dir); err != nil {
+			return fmt.Errorf("chdir %s: %w", cfg.Dir, err)
+		}
+	}
+	path, err := exec.LookPath(cfg.Args[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock sandbox: %v\n", err)
+		os.Exit(127)
+	}
+	if err := restrictLandlock(cfg.Writable); err != nil {
+		return err
+	}
+	if err := loadSeccomp(); err != nil {
+		return err
+	}
+	err = syscall.Exec(path, cfg.Args, os.Environ())
+	fmt.Fprintf(os.Stderr, "airlock sandbox: exec %s: %v\n", cfg.Args[0], err)
+	os.Exit(126)
+	return nil
+}
+
+// dropPrivileges switches the calling thread to the sandbox user with no capabilities.
+func dropPrivileges() error {
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("clear groups: %w", e)
+	}
+	for c := 0; c <= lastCap(); c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop bounding capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, sandboxGID, sandboxGID, sandboxGID); e != 0 {
+		return fmt.Errorf("setresgid: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, sandboxUID, sandboxUID, sandboxUID); e != 0 {
+		return fmt.Errorf("setresuid: %w", e)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear capabilities: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	return nil
+}
+
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 63
+	}
+	n := 0
+	for _, c := range b {
+		if c >= '0' && c <= '9' {
+			n = n*10 + int(c-'0')
+		}
+	}
+	return n
+}
