@@ -1,0 +1,183 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Genesis is the "prev" of the first line of a chain: 64 zeros (the width of a SHA-256).
+// Every later line's "prev" is the hex SHA-256 of the previous line's bytes without its
+// newline, across rotated files too; "seq" counts lines from 1 without gaps.
+var Genesis = strings.Repeat("0", 64)
+
+// KindCheckpoint marks a signed checkpoint line:
+//
+//	{"seq":N,"prev":H,"kind":"checkpoint","time":T,"hash":H,"sig":S,"key_id":K,"final":true}
+//
+// hash equals prev; sig is the base64 Ed25519 signature of
+// "airlock-audit-checkpoint-v1\n<seq>\n<hash>\n"; final is set on the checkpoint written by
+// Close and before a rotation, so a file that ends in one was closed cleanly.
+const KindCheckpoint = "checkpoint"
+
+// lineHead is what the chain needs from any line.
+type lineHead struct {
+	Seq   uint64 `json:"seq"`
+	Prev  string `json:"prev"`
+	Kind  string `json:"kind"`
+	Hash  string `json:"hash"`
+	Sig   string `json:"sig"`
+	KeyID string `json:"key_id"`
+	Final bool   `json:"final"`
+}
+
+type checkpointLine struct {
+	Seq   uint64 `json:"seq"`
+	Prev  string `json:"prev"`
+	Kind  string `json:"kind"`
+	Time  string `json:"time"`
+	Hash  string `json:"hash"`
+	Sig   string `json:"sig"`
+	KeyID string `json:"key_id"`
+	Final bool   `json:"final,omitempty"`
+}
+
+func lineHash(line []byte) string {
+	sum := sha256.Sum256(bytes.TrimSuffix(line, []byte("\n")))
+	return hex.EncodeToString(sum[:])
+}
+
+// eventLine builds the line for an event: seq and prev first, then the event's fields.
+func eventLine(seq uint64, prev string, ev Event) ([]byte, error) {
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("encode audit event: %w", err)
+	}
+	var b bytes.Buffer
+	b.Grow(len(body) + 100)
+	b.WriteString(`{"seq":`)
+	b.WriteString(strconv.FormatUint(seq, 10))
+	b.WriteString(`,"prev":"`)
+	b.WriteString(prev)
+	b.WriteString(`",`)
+	b.Write(body[1:])
+	b.WriteByte('\n')
+	return b.Bytes(), nil
+}
+
+// chainState is where a chain stands: the last line's seq and hash.
+type chainState struct {
+	seq  uint64
+	hash string
+}
+
+func (c chainState) next() (uint64, string) {
+	if c.seq == 0 {
+		return 1, Genesis
+	}
+	return c.seq + 1, c.hash
+}
+
+// errIncomplete reports a file whose last line has no newline (a crash or a cut mid-write).
+var errIncomplete = errors.New("last line is incomplete (no newline): the file was cut or a write did not finish")
+
+// lastLine returns the last complete line of a file, or nil when the file is empty.
+func lastLine(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() || st.Size() == 0 {
+		return nil, nil
+	}
+	size := st.Size()
+	var tail []byte
+	for chunk := int64(4096); ; chunk *= 2 {
+		off := max(size-chunk, 0)
+		tail = make([]byte, size-off)
+		if _, err := f.ReadAt(tail, off); err != nil && err != io.EOF {
+			return nil, err
+		}
+		if tail[len(tail)-1] != '\n' {
+			return nil, errIncomplete
+		}
+		if i := bytes.LastIndexByte(tail[:len(tail)-1], '\n'); i >= 0 {
+			return tail[i+1:], nil
+		}
+		if off == 0 {
+			return tail, nil
+		}
+	}
+}
+
+// stateOf reads where the chain of a file ends.
+func stateOf(path string) (chainState, bool, error) {
+	line, err := lastLine(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return chainState{}, false, nil
+		}
+		return chainState{}, false, fmt.Errorf("read audit log %s: %w", path, err)
+	}
+	if line == nil {
+		return chainState{}, false, nil
+	}
+	var h lineHead
+	if err := json.Unmarshal(line, &h); err != nil || h.Seq == 0 {
+		return chainState{}, false, fmt.Errorf("audit log %s: last line is not an audit line (no seq); verify it and move it aside", path)
+	}
+	return chainState{seq: h.Seq, hash: lineHash(line)}, true, nil
+}
+
+// resumeState finds where the chain of path ends: its own last line, or when it is empty
+// or missing, the highest-seq last line among its rotated siblings (path.*).
+func resumeState(path string) (chainState, error) {
+	st, ok, err := stateOf(path)
+	if err != nil || ok {
+		return st, err
+	}
+	sibs, err := filepath.Glob(globEscape(path) + ".*")
+	if err != nil {
+		return chainState{}, fmt.Errorf("list rotated audit logs of %s: %w", path, err)
+	}
+	var best chainState
+	for _, s := range sibs {
+		if !isRotatedName(path, s) {
+			continue
+		}
+		st, ok, err := stateOf(s)
+		if err != nil {
+			return chainState{}, err
+		}
+		if ok && st.seq > best.seq {
+			best = st
+		}
+	}
+	return best, nil
+}
+
+func isRotatedName(path, candidate string) bool {
+	rest, ok := strings.CutPrefix(candidate, path+".")
+	if !ok || len(rest) < 16 {
+		return false
+	}
+	return rest[0] >= '0' && rest[0] <= '9' && strings.Contains(rest, "T")
+}
+
+func globEscape(p string) string {
+	r := strings.NewReplacer(`*`, `\*`, `?`, `\?`, `[`, `\[`, `\`, `\\`)
+	return r.Replace(p)
+}

@@ -1,0 +1,139 @@
+package audit
+
+import (
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Redacted is the value written in place of anything that may carry a secret.
+const Redacted = "[redacted]"
+
+// RedactQuery keeps the keys of a raw URL query and replaces every value with "[redacted]":
+// "a=1&b=x&c" becomes "a=[redacted]&b=[redacted]&[redacted]". A parameter without "=" is
+// redacted whole, since some APIs put a bare token there. Keys are re-escaped, so the
+// result never contains a raw control character; the function is idempotent.
+func RedactQuery(rawQuery string) string {
+	if rawQuery == "" {
+		return ""
+	}
+	var b strings.Builder
+	for part := range strings.SplitSeq(rawQuery, "&") {
+		if part == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		key, _, hasValue := strings.Cut(part, "=")
+		if !hasValue {
+			b.WriteString(Redacted)
+			continue
+		}
+		if k, err := url.QueryUnescape(key); err == nil {
+			key = k
+		}
+		b.WriteString(escapeKey(key))
+		b.WriteByte('=')
+		b.WriteString(Redacted)
+	}
+	return b.String()
+}
+
+// escapeKey escapes like url.QueryEscape but leaves the brackets of "[redacted]" readable
+// and keeps the result stable when it is redacted again.
+func escapeKey(k string) string {
+	if k == Redacted {
+		return k
+	}
+	return url.QueryEscape(k)
+}
+
+var errorClassRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+
+// Sanitized returns a copy of ev that cannot carry a secret value: the query is redacted
+// (RedactQuery), an error class that is not a short token ([a-z0-9_.-], at most 64 bytes)
+// becomes "invalid" (it must be a class such as "vault_unreachable", never an error text),
+// free-text fields are bounded, and the labels map is copied. The sink applies it to every
+// event it writes.
+func (ev Event) Sanitized() Event {
+	ev.Query = RedactQuery(ev.Query)
+	if ev.ErrorClass != "" && !errorClassRE.MatchString(ev.ErrorClass) {
+		ev.ErrorClass = "invalid"
+	}
+	ev.Path = bound(ev.Path, 2048)
+	ev.Reason = bound(ev.Reason, 1024)
+	ev.Rule = bound(ev.Rule, 256)
+	if ev.Labels != nil {
+		l := make(map[string]string, len(ev.Labels))
+		for k, v := range ev.Labels {
+			l[k] = v
+		}
+		ev.Labels = l
+	}
+	if ev.Creds != nil {
+		ev.Creds = append([]string(nil), ev.Creds...)
+	}
+	return ev
+}
+
+func bound(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// NewRequestEvent fills the request fields of an event from what a sandbox sent: method,
+// scheme, host (lower case, without port), port, path and the redacted query. It reads no
+// header, no body and no user info, so none of them can reach the audit log. The caller adds
+// sandbox, decision and the rest.
+func NewRequestEvent(r *http.Request) Event {
+	ev := Event{Time: time.Now().UTC(), Kind: "request", Method: r.Method}
+	u := r.URL
+	if u == nil {
+		u = &url.URL{}
+	}
+	ev.Scheme = strings.ToLower(u.Scheme)
+	hostport := u.Host
+	if hostport == "" {
+		hostport = r.Host
+	}
+	host, port := splitHostPort(hostport)
+	ev.Host = strings.TrimSuffix(strings.ToLower(host), ".")
+	ev.Port = port
+	if ev.Port == 0 {
+		switch ev.Scheme {
+		case "https":
+			ev.Port = 443
+		case "http":
+			ev.Port = 80
+		}
+	}
+	if r.Method == http.MethodConnect {
+		ev.Kind = "connect"
+		if ev.Port == 0 {
+			ev.Port = 443
+		}
+		return ev
+	}
+	ev.Path = u.EscapedPath()
+	ev.Query = RedactQuery(u.RawQuery)
+	return ev
+}
+
+func splitHostPort(hostport string) (string, int) {
+	host, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return strings.Trim(hostport, "[]"), 0
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return host, 0
+	}
+	return host, port
+}
