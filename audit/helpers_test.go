@@ -3,10 +3,10 @@ package audit
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
