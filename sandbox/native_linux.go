@@ -285,7 +285,6 @@ func (in *nativeInstance) attachProxy() error {
 // NetNSInode is the inode number of the sandbox's network namespace (0 if unknown).
 func (in *nativeInstance) NetNSInode() uint64 { return in.netns }
 
-
 func writeOwner(dir string) error {
 	b := []byte(strconv.Itoa(os.Getpid()) + " " + strconv.FormatUint(processStart(os.Getpid()), 10))
 	if err := os.WriteFile(filepath.Join(dir, "owner"), b, 0o600); err != nil {

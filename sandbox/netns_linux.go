@@ -102,5 +102,4 @@ func closeListeners(lns []net.Listener) {
 	}
 }
 
-
 var errClosed = errors.New("sandbox is closed")

@@ -1,20 +1,208 @@
-package sandbox
+package sandbox_test
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/airlock-proxy/airlock/sandbox"
 )
 
-func TestRunEcho(t *testing.T) {
-	s := newTestSandbox(t, Options{})
-	res := run(t, s, "sh", "-c", "echo hello; echo oops >&2; id -u; exit 3")
+func TestRunOutputExitAndUser(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{})
+	res := run(t, s, "echo hello; echo oops >&2; id -u; exit 3")
 	if got, want := string(res.Stdout), "hello\n1000\n"; got != want {
 		t.Errorf("stdout = %q, want %q", got, want)
 	}
-	if got, want := strings.TrimSpace(string(res.Stderr)), "oops"; got != want {
+	if got, want := string(res.Stderr), "oops\n"; got != want {
 		t.Errorf("stderr = %q, want %q", got, want)
 	}
-	if res.ExitCode != 3 {
-		t.Errorf("exit code = %d, want 3", res.ExitCode)
+	if res.ExitCode != 3 || res.TimedOut {
+		t.Errorf("exit = %d timed out %v, want 3 false", res.ExitCode, res.TimedOut)
+	}
+}
+
+func TestStreamsStdinAndBoundsOutput(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{})
+	var streamed strings.Builder
+	res, err := s.Run(context.Background(), sandbox.Command{
+		Args: []string{"sh", "-c", "cat; head -c 5000 /dev/zero | tr '\\0' x"}, Stdin: strings.NewReader("in\n"),
+		Stdout: &streamed, OutputLimit: 100,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(res.Stdout), 100; got != want || !res.Truncated {
+		t.Errorf("captured %d bytes truncated %v, want %d true", got, res.Truncated, want)
+	}
+	if got, want := streamed.Len(), 5003; got != want {
+		t.Errorf("streamed %d bytes, want %d", got, want)
+	}
+	if !strings.HasPrefix(string(res.Stdout), "in\nxx") {
+		t.Errorf("stdout starts %q, want the input then x", res.Stdout[:10])
+	}
+}
+
+func TestEnvironmentIsBuiltNotInherited(t *testing.T) {
+	const canary = "canary-7d1f0b9e"
+	t.Setenv("AIRLOCK_TEST_CANARY", canary)
+	s := newSandbox(t, sandbox.Options{CABundle: []byte("-----PEM-----\n"), Env: []string{"FOO=bar", "LANG=de_DE.UTF-8"}})
+	res := run(t, s, "env; cat /run/airlock/ca-bundle.pem; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'")
+	out := string(res.Stdout)
+	if strings.Contains(out, canary) {
+		t.Errorf("parent's canary visible inside:\n%s", out)
+	}
+	for _, want := range []string{
+		"PATH=" + sandbox.DefaultPath, "HOME=/home/sandbox", "LANG=de_DE.UTF-8", "FOO=bar",
+		"HTTP_PROXY=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128", "NO_PROXY=\n",
+		"NODE_USE_ENV_PROXY=1", "SSL_CERT_FILE=/run/airlock/ca-bundle.pem", "PIP_CERT=/run/airlock/ca-bundle.pem",
+		"GIT_SSL_CAINFO=/run/airlock/ca-bundle.pem", "-----PEM-----",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("environment lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestWorkspaceModes(t *testing.T) {
+	tests := []struct {
+		mode      sandbox.WorkspaceMode
+		wantWrite bool // the write succeeds inside
+		wantHost  bool // and reaches the host directory
+	}{
+		{sandbox.WorkspaceRW, true, true},
+		{sandbox.WorkspaceRO, false, false},
+		{sandbox.WorkspaceCoW, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.mode), func(t *testing.T) {
+			ws := t.TempDir()
+			if err := os.WriteFile(filepath.Join(ws, "keep.txt"), []byte("one\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s := newSandbox(t, sandbox.Options{Workspace: ws, WorkspaceMode: tt.mode})
+			res := run(t, s, "cat keep.txt && echo new > new.txt && echo two >> keep.txt")
+			if got := res.ExitCode == 0; got != tt.wantWrite {
+				t.Fatalf("write succeeded = %v, want %v (stderr %q)", got, tt.wantWrite, res.Stderr)
+			}
+			_, err := os.Stat(filepath.Join(ws, "new.txt"))
+			if got := err == nil; got != tt.wantHost {
+				t.Errorf("new.txt on host = %v, want %v", got, tt.wantHost)
+			}
+			if tt.wantHost {
+				var st syscall.Stat_t
+				if err := syscall.Stat(filepath.Join(ws, "new.txt"), &st); err != nil {
+					t.Fatal(err)
+				}
+				if int(st.Uid) != os.Geteuid() {
+					t.Errorf("new.txt owned by uid %d on host, want the workspace owner %d", st.Uid, os.Geteuid())
+				}
+			}
+		})
+	}
+}
+
+func TestCopyOnWriteChangesAndPatch(t *testing.T) {
+	ws := t.TempDir()
+	for name, body := range map[string]string{"keep.txt": "same\n", "edit.txt": "old\n", "gone.txt": "bye\n"} {
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newSandbox(t, sandbox.Options{Workspace: ws, WorkspaceMode: sandbox.WorkspaceCoW})
+	if res := run(t, s, "echo new > edit.txt && rm gone.txt && mkdir d && echo hi > d/add.txt"); res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	changes, err := s.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sandbox.Change{{"d/", "added"}, {"d/add.txt", "added"}, {"edit.txt", "modified"}, {"gone.txt", "deleted"}}
+	if len(changes) != len(want) {
+		t.Fatalf("changes = %v, want %v", changes, want)
+	}
+	for i := range want {
+		if changes[i] != want[i] {
+			t.Errorf("change %d = %v, want %v", i, changes[i], want[i])
+		}
+	}
+	patch, err := s.Patch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, frag := range []string{"--- a/edit.txt", "+++ b/edit.txt", "-old", "+new", "+++ b/d/add.txt", "+hi", "--- a/gone.txt", "-bye"} {
+		if !strings.Contains(string(patch), frag) {
+			t.Errorf("patch lacks %q:\n%s", frag, patch)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "edit.txt")); string(b) != "old\n" {
+		t.Errorf("host edit.txt = %q, want it untouched", b)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.Changes()
+	if err != nil || len(after) != len(want) {
+		t.Errorf("Changes after Close = %v, %v; want the %d changes", after, err, len(want))
+	}
+	if rep := s.Report(); len(rep.Changes) != len(want) {
+		t.Errorf("report changes = %v, want %d", rep.Changes, len(want))
+	}
+}
+
+func TestTimeoutKillsWholeTree(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{Timeout: 2 * time.Second})
+	start := time.Now()
+	res := run(t, s, "(setsid sh -c 'sleep 1000' &); sleep 1000")
+	if !res.TimedOut || res.ExitCode != sandbox.ExitTimeout {
+		t.Fatalf("timed out %v exit %d, want true %d", res.TimedOut, res.ExitCode, sandbox.ExitTimeout)
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Errorf("run took %v after a 2s timeout", time.Since(start))
+	}
+	res = run(t, s, "ps -eo comm=")
+	if strings.Contains(string(res.Stdout), "sleep") {
+		t.Errorf("a process survived the timeout:\n%s", res.Stdout)
+	}
+}
+
+func TestPidsLimitBoundsForkBomb(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{Pids: 16, Timeout: 30 * time.Second})
+	res := run(t, s, `exec python3 -c '
+import subprocess
+ok = failed = 0
+procs = []
+for i in range(40):
+    try:
+        procs.append(subprocess.Popen(["sleep", "30"]))
+        ok += 1
+    except OSError:
+        failed += 1
+for p in procs:
+    p.kill()
+print(ok, failed)
+'`)
+	var ok, failed int
+	if _, err := fmt.Sscan(string(res.Stdout), &ok, &failed); err != nil {
+		t.Fatalf("output %q (stderr %q): %v", res.Stdout, res.Stderr, err)
+	}
+	if ok >= 16 || failed == 0 {
+		t.Errorf("started %d, refused %d of 40 processes under pids=16; want fewer than 16 started", ok, failed)
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{Memory: 64 << 20})
+	res := run(t, s, "exec python3 -c 'b = bytearray(300 << 20); print(len(b))'")
+	if res.ExitCode == 0 {
+		t.Fatalf("allocating 300 MB under a 64 MB limit succeeded: %s", res.Stdout)
+	}
+	if !res.Usage.OOMKilled && res.Signal != "SIGKILL" {
+		t.Errorf("exit %d signal %q oom %v, want an OOM kill", res.ExitCode, res.Signal, res.Usage.OOMKilled)
 	}
 }
