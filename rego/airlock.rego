@@ -3,45 +3,39 @@
 # description: |
 #   The proxy asks data.airlock.decision for every CONNECT ("connect" phase: method, host and
 #   port only) and every HTTP request ("request" phase: method, scheme, host, port, path, query,
-#   headers). The other files of this package add decisions to the sets deny, approve and
-#   allow; the strictest wins: any deny beats any approve, which beats any allow. When no rule
-#   matches, the request is denied (default.deny). See DESIGN.md, "Policy contract".
+#   headers). The other files of this package add decision objects to the sets deny, approve
+#   and allow; the strictest wins: any deny beats any approve, which beats any allow. When no
+#   rule matches, the request is denied (default.deny). See DESIGN.md, "Policy contract".
+#
+#   A decision is {"action": "allow"|"deny"|"approve", "rule": ..., "reason": ...,
+#   "credentials": [...], "tunnel": bool, "approval": {"timeout": "10m"}}. The reason is
+#   shown to the agent in the sandbox: say what was refused and what to do.
 package airlock
 
-# decision is the one document the proxy reads.
-decision := _pick(deny) if {
+# decision is the one document the proxy reads. When several rules of the winning action
+# match, the smallest decision (by OPA's ordering) is taken, so the answer is deterministic.
+decision := min(deny) if {
 	count(deny) > 0
-} else := _pick(approve) if {
+} else := min(approve) if {
 	count(approve) > 0
-} else := _pick(allow) if {
+} else := min(allow) if {
 	count(allow) > 0
-} else := _deny("default.deny", _default_reason)
-
-# _pick chooses one decision deterministically when several rules of the same action match.
-_pick(decisions) := sort(decisions)[0]
+} else := {
+	"action": "deny",
+	"rule": "default.deny",
+	"reason": _default_reason,
+}
 
 # Request methods that read and never change anything upstream.
 read_methods := {"GET", "HEAD"}
 
 # The input schema this policy was written for.
-deny contains _deny(
-	"input.version",
-	sprintf("airlock policy expects input version 1, got %v; upgrade the policy or the proxy", [input.version]),
-) if {
+deny contains {
+	"action": "deny",
+	"rule": "input.version",
+	"reason": sprintf("airlock policy expects input version 1, got %v; upgrade the policy or the proxy", [input.version]),
+} if {
 	input.version != 1
-}
-
-# Credentials are never sent over plain HTTP: any host that needs one is reached over https.
-deny contains _deny(
-	"insecure.plain-http",
-	sprintf(
-		"%s needs a credential and airlock sends credentials only over https; use https://%s%s",
-		[input.request.host, input.request.host, object.get(input.request, "path", "/")],
-	),
-) if {
-	input.phase == "request"
-	input.request.scheme != "https"
-	_needs_credential
 }
 
 _default_reason := sprintf(
@@ -51,23 +45,9 @@ _default_reason := sprintf(
 	input.request.host
 } else := "no rule of the airlock policy allows this request; ask the operator to add it to the policy"
 
-# _port_ok holds when the request's port is one the host entry allows (443 unless it lists ports).
-_port_ok(entry) if input.request.port in object.get(entry, "ports", [443])
-
-_deny(rule, reason) := {"action": "deny", "rule": rule, "reason": reason}
-
-_allow(rule, reason, credentials) := {
-	"action": "allow",
-	"rule": rule,
-	"reason": reason,
-	"credentials": credentials,
-	"tunnel": false,
-}
-
-_approve(rule, reason, credentials, timeout) := {
-	"action": "approve",
-	"rule": rule,
-	"reason": reason,
-	"credentials": credentials,
-	"approval": {"timeout": timeout},
-}
+# Credentials are never sent over plain HTTP: rules for hosts that need one add a deny for
+# scheme "http" that points at https, using this reason.
+_use_https_reason := sprintf(
+	"%s needs a credential and airlock sends credentials only over https; use https://%s%s",
+	[input.request.host, input.request.host, object.get(input.request, "path", "/")],
+)

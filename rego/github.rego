@@ -1,11 +1,11 @@
-# GitHub, reads allowed and writes held for approval
+# GitHub: reads allowed, writes held for approval.
 #
 # Hosts in data.hosts.github. Reads (GET, HEAD, and git fetches, which POST to
 # git-upload-pack) are allowed; on hosts marked "authenticated" they carry the credential
 # "github-read". Writes (any other method, a git push, a GraphQL POST, which may be a
 # mutation) on authenticated hosts are held for a human ("approve") and carry
 # "github-write" once approved. Other GitHub hosts (archives, raw files, release assets) are
-# read-only.
+# read-only. A git push asks twice: for the receive-pack refs and for the pack itself.
 package airlock
 
 github_read_credential := "github-read"
@@ -17,46 +17,65 @@ github_approval_timeout := "10m"
 
 _github := data.hosts.github[input.request.host]
 
-_needs_credential if _github.authenticated
+_github_port_ok if input.request.port in object.get(_github, "ports", [443])
 
-allow contains _allow(
-	"github.connect",
-	sprintf("%s is a GitHub host; requests inside are checked one by one", [input.request.host]),
-	[],
-) if {
+allow contains {
+	"action": "allow",
+	"rule": "github.connect",
+	"reason": concat("", [input.request.host, " is a GitHub host; requests inside are checked one by one"]),
+	"credentials": [],
+	"tunnel": false,
+} if {
 	input.phase == "connect"
-	_port_ok(_github)
+	_github_port_ok
 }
 
-allow contains _allow("github.read", sprintf("reading from %s is allowed", [input.request.host]), _github_read_credentials) if {
+allow contains {
+	"action": "allow",
+	"rule": "github.read",
+	"reason": concat("", ["reading from ", input.request.host, " is allowed"]),
+	"credentials": _github_read_credentials,
+	"tunnel": false,
+} if {
 	input.phase == "request"
-	_port_ok(_github)
+	_github_port_ok
 	_github_read
 }
 
-approve contains _approve(
-	"github.write",
-	sprintf(
+approve contains {
+	"action": "approve",
+	"rule": "github.write",
+	"reason": sprintf(
 		"%s %s%s changes something on GitHub and waits for a human to approve it (up to %s); if it is refused, do not retry, ask the operator",
 		[input.request.method, input.request.host, object.get(input.request, "path", "/"), github_approval_timeout],
 	),
-	[github_write_credential],
-	github_approval_timeout,
-) if {
+	"credentials": [github_write_credential],
+	"approval": {"timeout": github_approval_timeout},
+} if {
 	input.phase == "request"
-	_port_ok(_github)
 	_github.authenticated
+	_github_port_ok
 	not _github_read
 }
 
-deny contains _deny(
-	"github.read-only-host",
-	sprintf("%s serves GitHub content read-only; %s is refused there, use api.github.com or github.com for changes", [input.request.host, input.request.method]),
-) if {
+deny contains {
+	"action": "deny",
+	"rule": "github.read-only-host",
+	"reason": sprintf(
+		"%s serves GitHub content read-only; %s is refused there, use api.github.com or github.com for changes",
+		[input.request.host, input.request.method],
+	),
+} if {
 	input.phase == "request"
 	_github
 	not _github.authenticated
 	not _github_read
+}
+
+deny contains {"action": "deny", "rule": "github.plain-http", "reason": _use_https_reason} if {
+	input.phase == "request"
+	input.request.scheme == "http"
+	_github.authenticated
 }
 
 _github_read_credentials := [github_read_credential] if _github.authenticated

@@ -1,4 +1,4 @@
-# package registries, read-only
+# Package registries, read-only.
 #
 # Hosts in data.hosts.registries (Go module proxy and checksum database, PyPI, npm,
 # crates.io, Debian) may be read with GET and HEAD, without credentials. An entry may list
@@ -8,32 +8,39 @@ package airlock
 
 _registry := data.hosts.registries[input.request.host]
 
-allow contains _allow(
-	"registries.connect",
-	sprintf("%s is a package registry (%s); requests inside are checked one by one", [input.request.host, _registry.ecosystem]),
-	[],
-) if {
+_registry_port_ok if input.request.port in object.get(_registry, "ports", [443])
+
+allow contains {
+	"action": "allow",
+	"rule": "registries.connect",
+	"reason": concat("", [input.request.host, " is a package registry (", _registry.ecosystem, "); requests inside are checked one by one"]),
+	"credentials": [],
+	"tunnel": false,
+} if {
 	input.phase == "connect"
-	_port_ok(_registry)
+	_registry_port_ok
 }
 
-allow contains _allow(
-	"registries.read",
-	sprintf("reading from the %s package registry %s is allowed", [_registry.ecosystem, input.request.host]),
-	[],
-) if {
+allow contains {
+	"action": "allow",
+	"rule": "registries.read",
+	"reason": concat("", ["reading from the ", _registry.ecosystem, " package registry ", input.request.host, " is allowed"]),
+	"credentials": [],
+	"tunnel": false,
+} if {
 	input.phase == "request"
-	_port_ok(_registry)
+	_registry_port_ok
 	_registry_read
 }
 
-deny contains _deny(
-	"registries.read-only",
-	sprintf(
+deny contains {
+	"action": "deny",
+	"rule": "registries.read-only",
+	"reason": sprintf(
 		"%s is a package registry and airlock allows only reads (GET, HEAD) there; %s %s is refused, and publishing from this sandbox is not possible",
 		[input.request.host, input.request.method, object.get(input.request, "path", "/")],
 	),
-) if {
+} if {
 	input.phase == "request"
 	_registry
 	not _registry_read

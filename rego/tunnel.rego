@@ -1,4 +1,4 @@
-# pass-through tunnels for certificate-pinned clients
+# Pass-through tunnels for certificate-pinned clients.
 #
 # Hosts in data.hosts.tunnel are opened as plain TCP tunnels ("tunnel": true): airlock does
 # not intercept TLS there, so it sees no request inside and can attach no credential and
@@ -10,10 +10,10 @@ _tunnel := data.hosts.tunnel[input.request.host]
 allow contains {
 	"action": "allow",
 	"rule": "tunnel.connect",
-	"reason": sprintf("%s is passed through uninspected (certificate-pinned client)", [input.request.host]),
+	"reason": concat("", [input.request.host, " is passed through uninspected (certificate-pinned client)"]),
 	"credentials": [],
 	"tunnel": true,
 } if {
 	input.phase == "connect"
-	_port_ok(_tunnel)
+	input.request.port in object.get(_tunnel, "ports", [443])
 }

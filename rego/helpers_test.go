@@ -1,0 +1,41 @@
+package rego
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeShippedRules copies the shipped .rego files (rules and tests, not data.json) into dir.
+func writeShippedRules(tb testing.TB, dir string) {
+	tb.Helper()
+	err := fs.WalkDir(ShippedPolicy(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".rego") {
+			return err
+		}
+		b, err := fs.ReadFile(ShippedPolicy(), p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, p), b, 0o644)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// writeFiles writes name → content files into dir.
+func writeFiles(tb testing.TB, dir string, files map[string]string) {
+	tb.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package rego
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/format"
+)
+
+// The shipped policy's own Rego tests run as part of `go test ./rego/`.
+func TestShippedPolicyRegoTests(t *testing.T) {
+	for _, dir := range []string{"", "."} {
+		var out bytes.Buffer
+		passed, failed, err := RunTests(context.Background(), dir, &out, false)
+		if err != nil {
+			t.Fatalf("RunTests(%q): %v", dir, err)
+		}
+		if failed != 0 || passed == 0 {
+			t.Errorf("RunTests(%q): %d passed, %d failed; want all passed\n%s", dir, passed, failed, out.String())
+		}
+	}
+}
+
+// `opa fmt` leaves every shipped .rego file unchanged.
+func TestShippedPolicyIsFormatted(t *testing.T) {
+	names, err := fs.Glob(ShippedPolicy(), "*.rego")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no shipped .rego files: %v", err)
+	}
+	for _, name := range names {
+		src, err := fs.ReadFile(ShippedPolicy(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := format.SourceWithOpts(name, src, format.Opts{RegoVersion: ast.RegoV1})
+		if err != nil {
+			t.Errorf("format %s: %v", name, err)
+			continue
+		}
+		if !bytes.Equal(got, src) {
+			t.Errorf("%s is not formatted as `opa fmt` would write it; formatted:\n%s", name, got)
+		}
+	}
+}
+
+// `opa check --strict` accepts the shipped policy and its tests.
+func TestShippedPolicyPassesStrictCheck(t *testing.T) {
+	src, err := loadDir(ShippedPolicy(), ".", "shipped policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ast.NewCompiler().WithStrict(true)
+	if c.Compile(src.modules); c.Failed() {
+		t.Fatalf("strict compile: %v", c.Errors)
+	}
+}
+
+// The files in this directory are the embedded policy: `opa test rego/` and the binary agree.
+func TestEmbeddedPolicyMatchesDirectory(t *testing.T) {
+	emb, err := loadDir(ShippedPolicy(), ".", "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := loadDir(nil, ".", ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if emb.revision != dir.revision {
+		t.Errorf("embedded revision %s, directory revision %s: rebuild, or a non-embedded policy file is in rego/", emb.revision, dir.revision)
+	}
+}
