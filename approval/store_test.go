@@ -1,0 +1,116 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func testRecord(id string, created time.Time) Record {
+	return Record{
+		ID: id, State: StatePending, Sandbox: "sbx-1", Labels: map[string]string{"tenant": "acme"},
+		Method: "POST", URL: "https://api.example.com/x", ContentType: "application/json",
+		BodyPreview: `{"a":1}`, BodySize: 7, BodySHA256: "b0d", RequestSHA256: "req-" + id,
+		Rule: "r", Reason: "why", Credentials: []string{"gh"},
+		Created: created.UTC(), Expires: created.Add(time.Minute).UTC(),
+	}
+}
+
+// TestStore runs the Store contract against every kind (PostgreSQL when configured).
+func TestStore(t *testing.T) {
+	for _, k := range storeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := openTestStore(t, k.dsn(t))
+			t0 := time.Unix(1_800_000_000, 123456789).UTC()
+
+			a, b := testRecord("apr-a", t0), testRecord("apr-b", t0.Add(time.Second))
+			for _, r := range []Record{a, b} {
+				if err := st.Create(ctx, r); err != nil {
+					t.Fatalf("Create(%s): %v", r.ID, err)
+				}
+			}
+			if err := st.Create(ctx, a); err == nil {
+				t.Error("Create of a duplicate id: got nil error, want one")
+			}
+			got, err := st.Get(ctx, "apr-a")
+			if err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			if !reflect.DeepEqual(got, a) {
+				t.Errorf("Get round trip:\n got %+v\nwant %+v", got, a)
+			}
+			if _, err := st.Get(ctx, "apr-none"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Get(unknown): got %v, want ErrNotFound", err)
+			}
+
+			list, err := st.List(ctx, ListFilter{State: StatePending})
+			if err != nil || len(list) != 2 || list[0].ID != "apr-b" {
+				t.Fatalf("List(pending): got %d records (first %v), err %v; want 2, newest apr-b first", len(list), ids(list), err)
+			}
+
+			d := Decision{State: StateApproved, By: "oncall", Comment: "ok", At: t0.Add(2 * time.Second)}
+			dec, err := st.Decide(ctx, "apr-a", d)
+			if err != nil {
+				t.Fatalf("Decide: %v", err)
+			}
+			if dec.State != StateApproved || dec.DecidedBy != "oncall" || !dec.DecidedAt.Equal(d.At) || dec.Comment != "ok" {
+				t.Errorf("Decide: got %+v", dec)
+			}
+			again, err := st.Decide(ctx, "apr-a", Decision{State: StateDenied, By: "mallory", At: t0})
+			if !errors.Is(err, ErrDecided) || again.State != StateApproved || again.DecidedBy != "oncall" {
+				t.Errorf("second Decide: got %v, %q by %q; want ErrDecided and the first decision kept", err, again.State, again.DecidedBy)
+			}
+			if _, err := st.Decide(ctx, "apr-none", d); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Decide(unknown): got %v, want ErrNotFound", err)
+			}
+
+			decided, err := st.Decided(ctx, []string{"apr-a", "apr-b", "apr-none"})
+			if err != nil || len(decided) != 1 || decided[0].ID != "apr-a" {
+				t.Errorf("Decided: got %v, %v; want [apr-a]", ids(decided), err)
+			}
+
+			q := GrantQuery{RequestSHA256: "req-apr-a", Sandbox: "sbx-1", Since: t0, UsedBy: "apr-retry1"}
+			for _, tc := range []struct {
+				name string
+				q    GrantQuery
+				ok   bool
+			}{
+				{"other sandbox", GrantQuery{RequestSHA256: q.RequestSHA256, Sandbox: "sbx-2", Since: t0, UsedBy: "x"}, false},
+				{"outside the window", GrantQuery{RequestSHA256: q.RequestSHA256, Sandbox: "sbx-1", Since: t0.Add(time.Hour), UsedBy: "x"}, false},
+				{"other request", GrantQuery{RequestSHA256: "req-apr-b", Sandbox: "sbx-1", Since: t0, UsedBy: "x"}, false},
+				{"first use", q, true},
+				{"second use", GrantQuery{RequestSHA256: q.RequestSHA256, Sandbox: "sbx-1", Since: t0, UsedBy: "apr-retry2"}, false},
+			} {
+				g, ok, err := st.UseGrant(ctx, tc.q)
+				if err != nil || ok != tc.ok {
+					t.Errorf("UseGrant(%s): got ok=%v err=%v, want ok=%v", tc.name, ok, err, tc.ok)
+				}
+				if ok && (g.ID != "apr-a" || g.ReusedBy != "apr-retry1") {
+					t.Errorf("UseGrant(%s): got %s reused by %q, want apr-a reused by apr-retry1", tc.name, g.ID, g.ReusedBy)
+				}
+			}
+
+			n, err := st.ExpireDue(ctx, t0.Add(time.Minute+2*time.Second))
+			if err != nil || n != 1 {
+				t.Errorf("ExpireDue: got %d, %v; want 1 (apr-b)", n, err)
+			}
+			if r, _ := st.Get(ctx, "apr-b"); r.State != StateExpired || r.DecidedBy != DecidedBySystem {
+				t.Errorf("after ExpireDue: apr-b is %q by %q, want expired by %s", r.State, r.DecidedBy, DecidedBySystem)
+			}
+			if r, _ := st.Get(ctx, "apr-a"); r.State != StateApproved {
+				t.Errorf("after ExpireDue: apr-a is %q, want approved (decided records never expire)", r.State)
+			}
+		})
+	}
+}
+
+func ids(rs []Record) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.ID
+	}
+	return out
+}
