@@ -21,7 +21,9 @@ type Client struct {
 }
 
 // String describes the client without its token.
-func (c Client) String() string { return fmt.Sprintf("approval.Client{BaseURL: %q, Token: [redacted]}", c.BaseURL) }
+func (c Client) String() string {
+	return fmt.Sprintf("approval.Client{BaseURL: %q, Token: [redacted]}", c.BaseURL)
+}
 
 // LogValue logs the client without its token.
 func (c Client) LogValue() slog.Value {

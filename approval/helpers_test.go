@@ -64,7 +64,6 @@ func postgresDSN(t *testing.T) string {
 	return u.String()
 }
 
-
 func openTestStore(t *testing.T, dsn string) Store {
 	t.Helper()
 	st, err := OpenStore(context.Background(), dsn)
