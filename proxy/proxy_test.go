@@ -1,0 +1,435 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/rego"
+)
+
+// testPolicy allows GET /allowed* on 127.0.0.1 (and the CONNECT to it), holds POST /write
+// for approval, tunnels "localhost", and denies everything else with rule test.default.
+const testPolicy = `package airlock
+
+default decision := {"action": "deny", "rule": "test.default", "reason": "not on the test allowlist"}
+
+decision := {"action": "allow", "rule": "test.connect"} if {
+	input.phase == "connect"
+	input.request.host == "127.0.0.1"
+}
+
+decision := {"action": "allow", "rule": "test.tunnel", "tunnel": true} if {
+	input.phase == "connect"
+	input.request.host == "localhost"
+}
+
+decision := {"action": "allow", "rule": "test.read"} if {
+	input.phase == "request"
+	input.request.host == "127.0.0.1"
+	input.request.method == "GET"
+	startswith(input.request.path, "/allowed")
+}
+
+decision := {"action": "approve", "rule": "test.write", "reason": "writes need a human"} if {
+	input.phase == "request"
+	input.request.host == "127.0.0.1"
+	input.request.method == "POST"
+	input.request.path == "/write"
+}
+`
+
+type recorder struct {
+	mu     sync.Mutex
+	events []audit.Event
+}
+
+func (r *recorder) Record(_ context.Context, ev audit.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+	return nil
+}
+
+func (r *recorder) all() []audit.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]audit.Event(nil), r.events...)
+}
+
+type env struct {
+	proxy    *Proxy
+	ca       *ca.CA
+	addr     string // proxy listener
+	http     *httptest.Server
+	https    *httptest.Server
+	audit    *recorder
+	upstream chan *http.Request
+}
+
+type envOpt func(*Options)
+
+func newEnv(t *testing.T, opts ...envOpt) *env {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(testPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ca.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{ca: c, audit: &recorder{}, upstream: make(chan *http.Request, 100)}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r2 := r.Clone(context.Background())
+		r2.Body = io.NopCloser(strings.NewReader(string(body)))
+		select {
+		case e.upstream <- r2:
+		default:
+		}
+		w.Header().Set("X-Upstream", "yes")
+		fmt.Fprintf(w, "upstream %s %s host=%s auth=%q body=%q", r.Method, r.URL.Path, r.Host, r.Header.Get("Authorization"), body)
+	})
+	e.http = httptest.NewServer(handler)
+	e.https = httptest.NewTLSServer(handler)
+	t.Cleanup(e.http.Close)
+	t.Cleanup(e.https.Close)
+	upstreamCAs := x509.NewCertPool()
+	upstreamCAs.AddCert(e.https.Certificate())
+	o := Options{
+		Decider:      eng,
+		CA:           c,
+		Auditor:      e.audit,
+		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		UpstreamCAs:  upstreamCAs,
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	t.Cleanup(func() { p.Shutdown(context.Background()) })
+	e.proxy, e.addr = p, ln.Addr().String()
+	return e
+}
+
+// client trusts airlock's CA (as a sandbox does through SSL_CERT_FILE) and the proxy.
+func (e *env) client(user *url.Userinfo) *http.Client {
+	roots := x509.NewCertPool()
+	roots.AddCert(e.ca.Certificate())
+	return &http.Client{Transport: &http.Transport{
+		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: e.addr, User: user}),
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+	}}
+}
+
+func get(t *testing.T, c *http.Client, method, u, body string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, u, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func TestAllowDenyPlainAndIntercepted(t *testing.T) {
+	e := newEnv(t)
+	c := e.client(nil)
+	for _, base := range []string{e.http.URL, e.https.URL} {
+		tests := []struct {
+			method, path string
+			status       int
+			rule         string
+		}{
+			{"GET", "/allowed/x", 200, ""},
+			{"GET", "/denied", 403, "test.default"},
+			{"DELETE", "/allowed/x", 403, "test.default"},
+			{"GET", "/a/%2e%2e/allowed", 200, ""}, // normalised before the policy sees it
+			{"GET", "/allowed/../secret", 403, "test.default"},
+		}
+		for _, tt := range tests {
+			resp, body := get(t, c, tt.method, base+tt.path, "")
+			if resp.StatusCode != tt.status {
+				t.Errorf("%s %s%s: status %d, want %d (body %q)", tt.method, base, tt.path, resp.StatusCode, tt.status, body)
+				continue
+			}
+			if tt.status == 403 {
+				if got := resp.Header.Get("X-Airlock-Rule"); got != tt.rule {
+					t.Errorf("%s %s: X-Airlock-Rule = %q, want %q", tt.method, tt.path, got, tt.rule)
+				}
+				if got := resp.Header.Get("X-Airlock-Decision"); got != "deny" {
+					t.Errorf("X-Airlock-Decision = %q, want deny", got)
+				}
+				if !strings.Contains(body, tt.rule) || !strings.Contains(body, "not on the test allowlist") {
+					t.Errorf("refusal body %q does not name the rule and reason", body)
+				}
+				if resp.Header.Get("X-Upstream") != "" {
+					t.Error("a denied request reached the upstream")
+				}
+			}
+		}
+	}
+	// The intercepted request was served with airlock's certificate.
+	resp, _ := get(t, c, "GET", e.https.URL+"/allowed", "")
+	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName != "airlock CA" {
+		t.Errorf("HTTPS was not intercepted with airlock's CA")
+	}
+}
+
+func TestConnectDeniedAtEndpointPhase(t *testing.T) {
+	e := newEnv(t)
+	// 127.0.0.2 is not allowed at the connect phase: the CONNECT itself gets 403.
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(e.https.URL, "https://"))
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "CONNECT 127.0.0.2:%s HTTP/1.1\r\nHost: 127.0.0.2:%s\r\n\r\n", port, port)
+	buf := make([]byte, 4096)
+	n, _ := io.ReadAtLeast(conn, buf, 12)
+	if got := string(buf[:n]); !strings.HasPrefix(got, "HTTP/1.1 403") || !strings.Contains(got, "test.default") {
+		t.Errorf("CONNECT to a denied endpoint answered %q, want 403 naming the rule", got)
+	}
+	ev := e.audit.all()
+	if len(ev) == 0 || ev[len(ev)-1].Phase != "connect" || ev[len(ev)-1].Decision != "deny" {
+		t.Errorf("audit events %+v, want a connect deny", ev)
+	}
+}
+
+func TestTunnelPassesThroughUninspected(t *testing.T) {
+	e := newEnv(t)
+	u, _ := url.Parse(e.https.URL)
+	tunnelURL := "https://localhost:" + u.Port() + "/anything"
+	// The client trusts only the upstream's own certificate: that works only if airlock does
+	// not intercept.
+	pool := x509.NewCertPool()
+	pool.AddCert(e.https.Certificate())
+	c := &http.Client{Transport: &http.Transport{
+		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: e.addr}),
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "example.com"},
+	}}
+	resp, body := get(t, c, "GET", tunnelURL, "")
+	if resp.StatusCode != 200 || resp.TLS.PeerCertificates[0].Issuer.CommonName == "airlock CA" {
+		t.Fatalf("tunnel: status %d body %q; want 200 with the upstream's own certificate", resp.StatusCode, body)
+	}
+}
+
+func TestHostHeaderMustMatchConnectTarget(t *testing.T) {
+	e := newEnv(t)
+	u, _ := url.Parse(e.https.URL)
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", u.Host, u.Host)
+	br := make([]byte, 1024)
+	if n, err := conn.Read(br); err != nil || !strings.Contains(string(br[:n]), "200") {
+		t.Fatalf("CONNECT: %q %v", br[:n], err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(e.ca.Certificate())
+	tc := tls.Client(conn, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	fmt.Fprintf(tc, "GET /allowed HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+	n, _ := io.ReadAtLeast(tc, br, 12)
+	if got := string(br[:n]); !strings.HasPrefix(got, "HTTP/1.1 421") {
+		t.Errorf("inner request for another host answered %q, want 421", got)
+	}
+}
+
+func TestAbsoluteFormHostHeaderIsReplaced(t *testing.T) {
+	e := newEnv(t)
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET %s/allowed HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n", e.http.URL)
+	b, _ := io.ReadAll(conn)
+	u, _ := url.Parse(e.http.URL)
+	if !strings.Contains(string(b), "host="+u.Host) {
+		t.Errorf("upstream saw %q, want host=%s (the Host header must follow the URL)", b, u.Host)
+	}
+}
+
+func TestIdentityAndRequireAuth(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.RequireAuth = true })
+	resp, _ := get(t, e.client(nil), "GET", e.http.URL+"/allowed", "")
+	if resp.StatusCode != http.StatusProxyAuthRequired || resp.Header.Get("Proxy-Authenticate") == "" {
+		t.Fatalf("no credential: status %d, want 407 with Proxy-Authenticate", resp.StatusCode)
+	}
+	id := identity.Identity{ID: "sbx-1", Labels: map[string]string{"task": "t"}}
+	tok := e.proxy.IssueToken(id)
+	resp, _ = get(t, e.client(url.UserPassword("sbx-1", tok)), "GET", e.https.URL+"/allowed", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("valid credential over CONNECT: status %d, want 200", resp.StatusCode)
+	}
+	resp, _ = get(t, e.client(url.UserPassword("sbx-1", "wrong")), "GET", e.http.URL+"/allowed", "")
+	if resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Errorf("bad credential: status %d, want 407", resp.StatusCode)
+	}
+	e.proxy.RevokeToken("sbx-1")
+	resp, _ = get(t, e.client(url.UserPassword("sbx-1", tok)), "GET", e.http.URL+"/allowed", "")
+	if resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Errorf("revoked credential: status %d, want 407", resp.StatusCode)
+	}
+	var sawSbx, saw407 bool
+	for _, ev := range e.audit.all() {
+		if ev.SandboxID == "sbx-1" && ev.Labels["task"] == "t" {
+			sawSbx = true
+		}
+		if ev.Status == 407 && ev.Rule == "identity" {
+			saw407 = true
+		}
+	}
+	if !sawSbx || !saw407 {
+		t.Errorf("audit: attributed to sbx-1 %v, 407 recorded %v; want both", sawSbx, saw407)
+	}
+}
+
+func TestAttachedListenerIsTheIdentity(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.RequireAuth = true })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	detach := e.proxy.Attach(ln, identity.Identity{ID: "sbx-bound"})
+	c := e.client(nil)
+	c.Transport.(*http.Transport).Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()})
+	resp, _ := get(t, c, "GET", e.http.URL+"/allowed", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("bound listener: status %d, want 200", resp.StatusCode)
+	}
+	// Another sandbox's credential on this listener is refused.
+	tok := e.proxy.IssueToken(identity.Identity{ID: "sbx-other"})
+	c2 := e.client(url.UserPassword("sbx-other", tok))
+	c2.Transport.(*http.Transport).Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String(), User: url.UserPassword("sbx-other", tok)})
+	resp, _ = get(t, c2, "GET", e.http.URL+"/allowed", "")
+	if resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Errorf("foreign credential on a bound listener: status %d, want 407", resp.StatusCode)
+	}
+	detach()
+	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		t.Error("listener still accepts after detach")
+	}
+	found := false
+	for _, ev := range e.audit.all() {
+		found = found || ev.SandboxID == "sbx-bound" && ev.Decision == "allow"
+	}
+	if !found {
+		t.Error("request on the bound listener was not attributed to sbx-bound")
+	}
+}
+
+func TestDialGuardRefusesPrivateDestinations(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.AllowPrivate = nil })
+	resp, body := get(t, e.client(nil), "GET", e.http.URL+"/allowed", "")
+	if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Rule") != "dial_guard" || !strings.Contains(body, "loopback") {
+		t.Errorf("loopback upstream without --allow-private: %d %q, want 403 dial_guard", resp.StatusCode, body)
+	}
+}
+
+func TestProxyNeverDialsItself(t *testing.T) {
+	e := newEnv(t)
+	resp, _ := get(t, e.client(nil), "GET", "http://"+e.addr+"/allowed", "")
+	if resp.StatusCode != 403 || resp.Header.Get("X-Airlock-Rule") != "dial_guard" {
+		t.Errorf("request to the proxy's own listener: %d, want 403 dial_guard", resp.StatusCode)
+	}
+}
+
+type failingDecider struct{}
+
+func (failingDecider) Decide(context.Context, *rego.Input) (rego.Decision, error) {
+	return rego.Decision{Action: rego.ActionAllow}, errors.New("policy engine down")
+}
+
+func TestPolicyErrorFailsClosed(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Decider = failingDecider{} })
+	for _, u := range []string{e.http.URL + "/allowed", e.https.URL + "/allowed"} {
+		resp, err := e.client(nil).Get(u)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 503 {
+				t.Errorf("%s with a failing policy: status %d, want 503", u, resp.StatusCode)
+			}
+			continue
+		}
+		// CONNECT refused: Go's client reports the proxy's status as an error.
+		if !strings.Contains(err.Error(), "Service Unavailable") {
+			t.Errorf("%s with a failing policy: %v, want 503", u, err)
+		}
+	}
+}
+
+func TestReportOnlyLetsDeniedThroughAndRecordsWouldDeny(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.ReportOnly = true })
+	resp, _ := get(t, e.client(nil), "GET", e.http.URL+"/denied", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("report-only: status %d, want 200", resp.StatusCode)
+	}
+	ev := e.audit.all()
+	if ev[len(ev)-1].Decision != "would_deny" || ev[len(ev)-1].Rule != "test.default" {
+		t.Errorf("report-only audit = %+v, want would_deny test.default", ev[len(ev)-1])
+	}
+}
+
+func TestCurlThroughProxy(t *testing.T) {
+	curl, err := lookPath("curl")
+	if err != nil {
+		t.Skip("curl not installed")
+	}
+	e := newEnv(t)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(caFile, e.ca.CertPEM(), 0o600)
+	run := func(u string) (code int, out string) {
+		out, _ = runCmd(curl, "-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}", "--proxy", "http://"+e.addr, "--cacert", caFile, u)
+		i := strings.LastIndexByte(out, '\n')
+		code, _ = strconv.Atoi(strings.TrimSpace(out[i+1:]))
+		return code, out[:max(i, 0)]
+	}
+	if code, out := run(e.https.URL + "/allowed/curl"); code != 200 || !strings.Contains(out, "upstream GET /allowed/curl") {
+		t.Errorf("curl allowed HTTPS: %d %q", code, out)
+	}
+	if code, out := run(e.https.URL + "/nope"); code != 403 || !strings.Contains(out, "test.default") {
+		t.Errorf("curl denied HTTPS: %d %q", code, out)
+	}
+	if code, _ := run(e.http.URL + "/allowed"); code != 200 {
+		t.Errorf("curl allowed HTTP: %d", code)
+	}
+}
