@@ -1,0 +1,289 @@
+package rego
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func connectInput(host string, port int) *Input {
+	return &Input{
+		Version: 1, Phase: PhaseConnect,
+		Sandbox: SandboxInput{ID: "sbx-1", Labels: map[string]string{"tenant": "acme"}},
+		Request: RequestInput{Method: "CONNECT", Host: host, Port: port},
+	}
+}
+
+func requestInput(method, host, path string) *Input {
+	return &Input{
+		Version: 1, Phase: PhaseRequest,
+		Sandbox: SandboxInput{ID: "sbx-1", Labels: map[string]string{"tenant": "acme"}},
+		Request: RequestInput{Method: method, Scheme: "https", Host: host, Port: 443, Path: path},
+	}
+}
+
+// newTestEngine writes files into a fresh directory and loads it.
+func newTestEngine(t *testing.T, files map[string]string, o Options) *Engine {
+	t.Helper()
+	o.Dir = t.TempDir()
+	writeFiles(t, o.Dir, files)
+	e, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return e
+}
+
+func TestDecideShippedPolicy(t *testing.T) {
+	e, err := New(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withQuery := requestInput("GET", "github.com", "/acme/app.git/info/refs")
+	withQuery.Request.Query = map[string][]string{"service": {"git-receive-pack"}}
+	for _, tc := range []struct {
+		name    string
+		in      *Input
+		action  Action
+		rule    string
+		creds   []string
+		timeout time.Duration
+	}{
+		{"registry connect", connectInput("proxy.golang.org", 443), ActionAllow, "registries.connect", nil, 0},
+		{"registry read", requestInput("GET", "pypi.org", "/simple/requests/"), ActionAllow, "registries.read", nil, 0},
+		{"registry publish", requestInput("PUT", "registry.npmjs.org", "/left-pad"), ActionDeny, "registries.read-only", nil, 0},
+		{"github read", requestInput("GET", "api.github.com", "/repos/acme/app"), ActionAllow, "github.read", []string{"github-read"}, 0},
+		{"github write", requestInput("POST", "api.github.com", "/repos/acme/app/issues"), ActionApprove, "github.write", []string{"github-write"}, 10 * time.Minute},
+		{"git push discovery (query)", withQuery, ActionApprove, "github.write", []string{"github-write"}, 10 * time.Minute},
+		{"internal api read", requestInput("GET", "api.internal.example", "/v1/x"), ActionAllow, "internal-api.read", []string{"internal-api"}, 0},
+		{"unknown connect", connectInput("evil.example.com", 443), ActionDeny, "default.deny", nil, 0},
+		{"unknown request", requestInput("GET", "evil.example.com", "/"), ActionDeny, "default.deny", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := e.Decide(context.Background(), tc.in)
+			if err != nil {
+				t.Fatalf("Decide: %v", err)
+			}
+			if d.Action != tc.action || d.Rule != tc.rule {
+				t.Errorf("got %s by %q, want %s by %q (reason %q)", d.Action, d.Rule, tc.action, tc.rule, d.Reason)
+			}
+			if strings.Join(d.Credentials, ",") != strings.Join(tc.creds, ",") {
+				t.Errorf("credentials %q, want %q", d.Credentials, tc.creds)
+			}
+			if time.Duration(d.Approval.Timeout) != tc.timeout {
+				t.Errorf("approval timeout %s, want %s", time.Duration(d.Approval.Timeout), tc.timeout)
+			}
+			if d.Reason == "" || d.Tunnel {
+				t.Errorf("reason %q tunnel %v, want a reason and no tunnel", d.Reason, d.Tunnel)
+			}
+		})
+	}
+}
+
+func TestDecideTunnel(t *testing.T) {
+	e := newTestEngine(t, map[string]string{"p.rego": `package airlock
+
+decision := {"action": "allow", "rule": "t.tunnel", "reason": "pinned", "tunnel": true} if input.phase == "connect"
+`}, Options{})
+	d, err := e.Decide(context.Background(), connectInput("pinned.example.com", 443))
+	if err != nil || !d.Allows() || !d.Tunnel || d.Rule != "t.tunnel" {
+		t.Errorf("got %+v, %v; want an allow with tunnel", d, err)
+	}
+}
+
+func TestDecideMalformedDecisionDenies(t *testing.T) {
+	for _, tc := range []struct {
+		name, decision, want string
+	}{
+		{"unknown action", `{"action": "permit", "rule": "x.permit"}`, `action is "permit"`},
+		{"action not a string", `{"action": true, "rule": "x.bool"}`, "action is boolean"},
+		{"no action", `{"rule": "x.none", "reason": "r"}`, `no "action"`},
+		{"not an object", `"allow"`, "decision is string"},
+		{"credentials not strings", `{"action": "allow", "rule": "x.c", "credentials": [1]}`, "credentials holds number"},
+		{"credentials not an array", `{"action": "allow", "rule": "x.c", "credentials": "github-read"}`, "credentials is string"},
+		{"bad approval timeout", `{"action": "approve", "rule": "x.a", "approval": {"timeout": "soon"}}`, `approval.timeout is "soon"`},
+		{"tunnel with credentials", `{"action": "allow", "rule": "x.t", "tunnel": true, "credentials": ["c"]}`, "tunnel: true cannot carry credentials"},
+		{"tunnel not a bool", `{"action": "allow", "rule": "x.t", "tunnel": "yes"}`, "tunnel is string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEngine(t, map[string]string{"p.rego": "package airlock\n\ndecision := " + tc.decision + "\n"}, Options{})
+			d, err := e.Decide(context.Background(), requestInput("GET", "a.example", "/"))
+			if err != nil {
+				t.Fatalf("Decide: %v", err)
+			}
+			if d.Action != ActionDeny || !d.Denies() {
+				t.Errorf("action %q, want deny", d.Action)
+			}
+			if !strings.Contains(d.Reason, tc.want) || !strings.Contains(d.Reason, "malformed") {
+				t.Errorf("reason %q, want it to mention %q", d.Reason, tc.want)
+			}
+			if strings.HasPrefix(tc.decision, "{") && !strings.HasPrefix(d.Rule, "x.") {
+				t.Errorf("rule %q, want the policy's rule kept", d.Rule)
+			}
+			if len(d.Credentials) != 0 {
+				t.Errorf("credentials %q on a deny", d.Credentials)
+			}
+		})
+	}
+}
+
+func TestDecideApprovalTimeoutForms(t *testing.T) {
+	for _, tc := range []struct {
+		timeout string
+		want    time.Duration
+	}{{`"90s"`, 90 * time.Second}, {`120`, 2 * time.Minute}, {`"1h"`, time.Hour}} {
+		e := newTestEngine(t, map[string]string{"p.rego": `package airlock
+
+decision := {"action": "approve", "rule": "x.a", "approval": {"timeout": ` + tc.timeout + `}}
+`}, Options{})
+		d, err := e.Decide(context.Background(), requestInput("POST", "a.example", "/"))
+		if err != nil || d.Action != ActionApprove || time.Duration(d.Approval.Timeout) != tc.want {
+			t.Errorf("timeout %s: got %+v, %v; want approve with %s", tc.timeout, d, err, tc.want)
+		}
+	}
+}
+
+func TestDecideErrorsDeny(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy string
+		want         error
+	}{
+		{"undefined", "package airlock\n\ndecision := {\"action\": \"allow\"} if input.request.host == \"other\"\n", ErrNoDecision},
+		{"builtin error", "package airlock\n\ndecision := {\"action\": \"allow\", \"n\": to_number(input.request.host)}\n", nil},
+		{"conflict", "package airlock\n\ndecision := {\"action\": \"allow\"} if input.phase\n\ndecision := {\"action\": \"deny\"} if input.version\n", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEngine(t, map[string]string{"p.rego": tc.policy}, Options{})
+			d, err := e.Decide(context.Background(), requestInput("GET", "a.example", "/"))
+			if err == nil {
+				t.Fatalf("got %+v and no error, want an error", d)
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("error %v, want %v", err, tc.want)
+			}
+			if d.Action != "" || !d.Denies() {
+				t.Errorf("decision %+v, want the zero (deny) decision", d)
+			}
+		})
+	}
+}
+
+// A slow policy is cut off after Options.Timeout and denies.
+func TestDecideTimeout(t *testing.T) {
+	e := newTestEngine(t, map[string]string{"p.rego": `package airlock
+
+decision := {"action": "allow"} if {
+	count([1 | some a in numbers.range(1, 2000); some b in numbers.range(1, 2000); some c in numbers.range(1, 2000); a + b + c < 0]) == 0
+}
+`}, Options{Timeout: 20 * time.Millisecond})
+	d, err := e.Decide(context.Background(), requestInput("GET", "a.example", "/"))
+	if !errors.Is(err, ErrTimeout) || !d.Denies() {
+		t.Errorf("got %+v, %v; want a deny and ErrTimeout", d, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.Decide(ctx, requestInput("GET", "a.example", "/")); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: error %v, want context.Canceled", err)
+	}
+}
+
+func TestEvalExplain(t *testing.T) {
+	e, err := New(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, trace, err := e.Eval(context.Background(), requestInput("GET", "pypi.org", "/simple/"), true)
+	if err != nil || !d.Allows() {
+		t.Fatalf("got %+v, %v", d, err)
+	}
+	for _, want := range []string{"data.airlock.decision", "registries.rego", "Exit"} {
+		if !strings.Contains(trace, want) {
+			t.Errorf("trace lacks %q:\n%s", want, trace)
+		}
+	}
+	if _, trace, _ := e.Eval(context.Background(), requestInput("GET", "pypi.org", "/simple/"), false); trace != "" {
+		t.Errorf("trace without explain: %q", trace)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		o     Options
+		want  string
+	}{
+		{"dir and bundle", nil, Options{Dir: "x", Bundle: "y.tar.gz"}, "not both"},
+		{"parse error", map[string]string{"p.rego": "package airlock\n\ndecision := {\n"}, Options{}, "p.rego:4: rego_parse_error"},
+		{"compile error", map[string]string{"p.rego": "package airlock\n\ndecision := x if { y := 1 }\n"}, Options{}, "p.rego:3"},
+		{"no decision rule", map[string]string{"p.rego": "package airlock\n\nallow := true\n"}, Options{}, "no rule defines data.airlock.decision"},
+		{"no rego files", map[string]string{"data.json": "{}"}, Options{}, "no .rego files"},
+		{"failing test", map[string]string{
+			"p.rego":      "package airlock\n\ndecision := {\"action\": \"deny\"}\n",
+			"p_test.rego": "package airlock_test\n\nimport data.airlock\n\ntest_allows if airlock.decision.action == \"allow\"\n",
+		}, Options{}, "p_test.rego:5: data.airlock_test.test_allows: FAIL"},
+		{"data conflicts with rule", map[string]string{
+			"p.rego":    "package airlock\n\ndecision := {\"action\": \"deny\"}\n",
+			"data.json": `{"airlock": {"decision": 1}}`,
+		}, Options{}, "conflict"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			if tc.files != nil {
+				o.Dir = t.TempDir()
+				writeFiles(t, o.Dir, tc.files)
+			}
+			_, err := New(context.Background(), o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Many goroutines decide while the policy is reloaded under them (run with -race).
+func TestDecideConcurrentWithReload(t *testing.T) {
+	dir := t.TempDir()
+	policy := func(rule string) map[string]string {
+		return map[string]string{"p.rego": "package airlock\n\ndecision := {\"action\": \"allow\", \"rule\": \"" + rule + "\"}\n"}
+	}
+	writeFiles(t, dir, policy("v.one"))
+	e, err := New(context.Background(), Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				d, err := e.Decide(context.Background(), requestInput("GET", "a.example", "/"))
+				if err != nil || !d.Allows() || (d.Rule != "v.one" && d.Rule != "v.two") {
+					errs <- errors.New("bad decision during reload: " + d.Rule)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 10 {
+		rule := "v.one"
+		if i%2 == 0 {
+			rule = "v.two"
+		}
+		writeFiles(t, dir, policy(rule))
+		if err := e.Reload(context.Background()); err != nil {
+			t.Errorf("Reload: %v", err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
