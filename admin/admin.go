@@ -1,0 +1,90 @@
+// Package admin serves the admin HTTP API on its own listener, which is never reachable from
+// a sandbox: health, readiness, metrics, policy status, sandboxes, and what other parts mount
+// (approvals).
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+)
+
+// Check is one readiness check: nil when ready.
+type Check func(ctx context.Context) error
+
+// Options say what the admin API serves. A nil field is left out.
+type Options struct {
+	// Ready checks run for /readyz, by name.
+	Ready map[string]Check
+	// Metrics serves /metrics (Prometheus).
+	Metrics http.Handler
+	// PolicyStatus returns what /v1/policy shows.
+	PolicyStatus func() any
+	// Sandboxes returns what /v1/sandboxes shows.
+	Sandboxes func() any
+	// Mount adds routes (approvals) to the router.
+	Mount []func(chi.Router)
+}
+
+// New returns the admin router.
+func New(o Options) http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.Recoverer)
+	r.Use(refuseProxied)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
+		defer cancel()
+		out := map[string]string{}
+		status := http.StatusOK
+		for name, check := range o.Ready {
+			if err := check(ctx); err != nil {
+				out[name] = err.Error()
+				status = http.StatusServiceUnavailable
+			} else {
+				out[name] = "ok"
+			}
+		}
+		writeJSON(w, status, out)
+	})
+	if o.Metrics != nil {
+		r.Handle("/metrics", o.Metrics)
+	}
+	if o.PolicyStatus != nil {
+		r.Get("/v1/policy", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, o.PolicyStatus()) })
+	}
+	if o.Sandboxes != nil {
+		r.Get("/v1/sandboxes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, o.Sandboxes()) })
+	}
+	for _, m := range o.Mount {
+		m(r)
+	}
+	return r
+}
+
+// refuseProxied refuses requests that came through a proxy (they carry Proxy-Authorization
+// or an absolute-form target): the admin API is for operators, never for sandboxes.
+func refuseProxied(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Authorization") != "" || r.URL.IsAbs() || r.Method == http.MethodConnect {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "the admin API does not accept proxied requests"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
