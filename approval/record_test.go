@@ -1,0 +1,168 @@
+package approval
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
+
+func TestRequestHash(t *testing.T) {
+	base := RequestHash("POST", "https://h/x", http.Header{"Content-Type": {"a"}, "X-B": {"1", "2"}}, []byte("body"))
+	for _, tc := range []struct {
+		name string
+		got  string
+		same bool
+	}{
+		{"same request", RequestHash("POST", "https://h/x", http.Header{"Content-Type": {"a"}, "X-B": {"1", "2"}}, []byte("body")), true},
+		{"header name case", RequestHash("post", "https://h/x", http.Header{"content-type": {"a"}, "x-b": {"1", "2"}}, []byte("body")), true},
+		{"Authorization, Cookie and Proxy-* ignored", RequestHash("POST", "https://h/x", http.Header{"Content-Type": {"a"}, "X-B": {"1", "2"},
+			"Authorization": {"x"}, "Cookie": {"y"}, "Proxy-Authorization": {"z"}}, []byte("body")), true},
+		{"tampered body", RequestHash("POST", "https://h/x", http.Header{"Content-Type": {"a"}, "X-B": {"1", "2"}}, []byte("bodY")), false},
+		{"other method", RequestHash("PUT", "https://h/x", http.Header{"Content-Type": {"a"}, "X-B": {"1", "2"}}, []byte("body")), false},
+		{"other URL", RequestHash("POST", "https://h/y", http.Header{"Content-Type": {"a"}, "X-B": {"1", "2"}}, []byte("body")), false},
+		{"header value order", RequestHash("POST", "https://h/x", http.Header{"Content-Type": {"a"}, "X-B": {"2", "1"}}, []byte("body")), false},
+		{"added header", RequestHash("POST", "https://h/x", http.Header{"Content-Type": {"a"}, "X-B": {"1", "2"}, "X-C": {""}}, []byte("body")), false},
+		{"bytes moved from URL to body", RequestHash("POST", "https://h/", http.Header{"Content-Type": {"a"}, "X-B": {"1", "2"}}, []byte("xbody")), false},
+	} {
+		if (tc.got == base) != tc.same {
+			t.Errorf("%s: hash equal = %v, want %v", tc.name, tc.got == base, tc.same)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"https://h/p?state=open", "https://h/p?state=open"},
+		{"https://h/p?access_token=abc&state=open", "https://h/p?access_token=[redacted]&state=open"},
+		{"https://h/p?API_KEY=1&Signature=2&X-Amz-Credential=3", "https://h/p?API_KEY=[redacted]&Signature=[redacted]&X-Amz-Credential=[redacted]"},
+		{"https://user:pw@h/p", "https://%5Bredacted%5D@h/p"},
+		{"https://h/p?flag", "https://h/p?flag"},
+		{"https://h/p?%74oken=x", "https://h/p?%74oken=[redacted]"},
+		{"://bad", "[unparsable URL redacted]"},
+	} {
+		if got := RedactURL(tc.in); got != tc.want {
+			t.Errorf("RedactURL(%q): got %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestPreview(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		max  int
+		want string
+		cut  bool
+	}{
+		{"hello", 10, "hello", false},
+		{"hello", 5, "hello", false},
+		{"hello", 3, "hel", true},
+		{"héllo", 2, "h", true}, // é is two bytes: never split it
+		{"héllo", 3, "hé", true},
+		{"a😀b", 4, "a", true}, // 4-byte rune cut in the middle
+		{"a\xffb", 10, "a\uFFFDb", false},
+		{"", 0, "", false},
+	} {
+		got, cut := Preview([]byte(tc.body), tc.max)
+		if got != tc.want || cut != tc.cut || !utf8.ValidString(got) {
+			t.Errorf("Preview(%q, %d): got %q, %v; want %q, %v", tc.body, tc.max, got, cut, tc.want, tc.cut)
+		}
+	}
+}
+
+func FuzzPreview(f *testing.F) {
+	f.Add([]byte("héllo 😀"), 5)
+	f.Fuzz(func(t *testing.T, b []byte, max int) {
+		max %= 64
+		got, _ := Preview(b, max)
+		if !utf8.ValidString(got) {
+			t.Errorf("Preview gave invalid UTF-8 %q", got)
+		}
+		if max >= 0 && len(b) > max && len(got) > max*3 {
+			t.Errorf("Preview(%d) is %d bytes long", max, len(got))
+		}
+	})
+}
+
+func TestParseByteSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want ByteSize
+		ok   bool
+	}{
+		{"1024", 1024, true}, {"1MiB", 1 << 20, true}, {"2KiB", 2048, true}, {"1M", 1 << 20, true},
+		{"2k", 2048, true}, {"1 GiB", 1 << 30, true}, {"10kb", 10240, true},
+		{"", 0, false}, {"MiB", 0, false}, {"1TiB", 0, false}, {"-1", 0, false}, {"1.5M", 0, false},
+	} {
+		got, err := ParseByteSize(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseByteSize(%q): got %d, %v; want %d, ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestConfigYAML(t *testing.T) {
+	var c struct {
+		Approvals Config `yaml:"approvals"`
+	}
+	src := `approvals:
+  timeout: 10m
+  store: "sqlite:/var/lib/airlock/approvals.db"
+  webhook: https://hooks.example.com/x
+  webhook_format: slack
+  approvers: [{name: oncall, token_file: /etc/airlock/oncall.token}]
+  retry_window: 30s
+  max_body: 2MiB
+  body_preview: 4KiB
+`
+	if err := yaml.Unmarshal([]byte(src), &c); err != nil {
+		t.Fatal(err)
+	}
+	a := c.Approvals
+	if a.Timeout.D().String() != "10m0s" || a.RetryWindow.D().String() != "30s" || a.MaxBody != 2<<20 || a.BodyPreview != 4<<10 ||
+		len(a.Approvers) != 1 || a.Approvers[0].Name != "oncall" {
+		t.Errorf("decoded: got %+v", a)
+	}
+	if err := a.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	err := yaml.Unmarshal([]byte("approvals:\n  timeout: 300\n"), &c)
+	if err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("bare number timeout: got %v, want an error naming line 2", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := ApproverConfig{Name: "oncall", TokenFile: "/t"}
+	for _, tc := range []struct {
+		name string
+		c    Config
+		key  string // "" means valid
+	}{
+		{"zero value", Config{}, ""},
+		{"postgres", Config{Store: "postgres://u@db/airlock"}, ""},
+		{"negative timeout", Config{Timeout: -1}, "approvals.timeout"},
+		{"bad store", Config{Store: "mysql://x"}, "approvals.store"},
+		{"sqlite without path", Config{Store: "sqlite:"}, "approvals.store"},
+		{"webhook not http", Config{Webhook: "ftp://x"}, "approvals.webhook"},
+		{"service without host", Config{Service: "http://"}, "approvals.service"},
+		{"bad format", Config{WebhookFormat: "xml"}, "approvals.webhook_format"},
+		{"approver without name", Config{Approvers: []ApproverConfig{{TokenFile: "/t"}}}, "approvals.approvers[0].name"},
+		{"approver without token", Config{Approvers: []ApproverConfig{ok, {Name: "b"}}}, "approvals.approvers[1].token_file"},
+		{"approver twice", Config{Approvers: []ApproverConfig{ok, ok}}, "approvals.approvers[1].name"},
+		{"negative max_body", Config{MaxBody: -1}, "approvals.max_body"},
+	} {
+		err := tc.c.Validate()
+		switch {
+		case tc.key == "" && err != nil:
+			t.Errorf("%s: got %v, want valid", tc.name, err)
+		case tc.key != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.key+":")):
+			t.Errorf("%s: got %v, want an error naming %s", tc.name, err, tc.key)
+		}
+	}
+	if err := (Config{Store: "postgres://u:hunter2@db/x?sslmode=bogus"}).Validate(); err != nil && strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error leaks the password: %v", err)
+	}
+}
