@@ -46,7 +46,7 @@ approve contains {
 	"action": "approve",
 	"rule": "github.write",
 	"reason": sprintf(
-		"%s %s%s changes something on GitHub and waits for a human to approve it (up to %s); if it is refused, do not retry, ask the operator",
+		"%s %s%s is a write to GitHub and waits for a human to approve it (up to %s); if it is refused, do not retry, ask the operator",
 		[input.request.method, input.request.host, object.get(input.request, "path", "/"), github_approval_timeout],
 	),
 	"credentials": [github_write_credential],

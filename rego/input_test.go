@@ -1,0 +1,118 @@
+package rego
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/util"
+)
+
+// The example input of DESIGN.md, "Policy contract".
+const designInput = `{
+  "version": 1,
+  "phase": "request",
+  "sandbox": {"id": "sbx-7f3a", "labels": {"task": "release-triage", "tenant": "acme"}},
+  "request": {
+    "method": "POST", "scheme": "https", "host": "api.github.com", "port": 443,
+    "path": "/repos/acme/app/issues", "query": {"state": ["open"]},
+    "headers": {"content-type": ["application/json"]}
+  }
+}`
+
+func TestParseInputJSON(t *testing.T) {
+	in, err := ParseInputJSON([]byte(designInput))
+	if err != nil {
+		t.Fatalf("ParseInputJSON(design example): %v", err)
+	}
+	if in.Request.Host != "api.github.com" || in.Sandbox.Labels["tenant"] != "acme" || in.Request.Query["state"][0] != "open" {
+		t.Errorf("parsed %+v", in)
+	}
+	for _, tc := range []struct{ name, input, want string }{
+		{"unknown field", `{"version": 1, "phase": "connect", "request": {"method": "CONNECT", "host": "a", "port": 443, "hots": "b"}}`, `unknown field "hots"`},
+		{"version", `{"version": 2, "phase": "connect", "request": {"method": "CONNECT", "host": "a", "port": 443}}`, "version is 2, want 1"},
+		{"no version", `{"phase": "connect", "request": {"method": "CONNECT", "host": "a", "port": 443}}`, "version is 0"},
+		{"phase", `{"version": 1, "phase": "response", "request": {"method": "GET", "host": "a", "port": 443}}`, `phase is "response"`},
+		{"host", `{"version": 1, "phase": "request", "request": {"method": "GET", "port": 443}}`, "request.host is empty"},
+		{"method", `{"version": 1, "phase": "request", "request": {"host": "a", "port": 443}}`, "request.method is empty"},
+		{"port", `{"version": 1, "phase": "request", "request": {"method": "GET", "host": "a", "port": 70000}}`, "request.port is 70000"},
+		{"trailing", `{"version": 1, "phase": "connect", "request": {"method": "CONNECT", "host": "a", "port": 1}} {}`, "after the JSON object"},
+		{"not json", `version: 1`, "parse policy input"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseInputJSON([]byte(tc.input))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The AST input built directly equals the JSON form of Input that policies are written
+// against (DESIGN.md), so skipping the JSON round trip changes nothing for the policy.
+func TestInputValueMatchesJSONForm(t *testing.T) {
+	full, err := ParseInputJSON([]byte(designInput))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		in   *Input
+	}{
+		{"design example", full},
+		{"connect", connectInput("github.com", 443)},
+		{"request without query", requestInput("GET", "pypi.org", "/simple/")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := json.Marshal(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var generic any
+			if err := util.UnmarshalJSON(b, &generic); err != nil {
+				t.Fatal(err)
+			}
+			want := ast.MustInterfaceToValue(generic)
+			if got := inputValue(tc.in); got.Compare(want) != 0 {
+				t.Errorf("inputValue:\n got %v\nwant %v", got, want)
+			}
+		})
+	}
+	// Labels are always an object, so that policies can read input.sandbox.labels.x.
+	noLabels := connectInput("a", 443)
+	noLabels.Sandbox.Labels = nil
+	labels, err := inputValue(noLabels).(ast.Object).Find(ast.Ref{ast.StringTerm("sandbox"), ast.StringTerm("labels")})
+	if err != nil || labels.Compare(ast.NewObject()) != 0 {
+		t.Errorf("labels of an unlabelled sandbox: %v, %v; want {}", labels, err)
+	}
+}
+
+func TestDecideRejectsNilInput(t *testing.T) {
+	e, err := New(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := e.Decide(context.Background(), nil); err == nil || !d.Denies() {
+		t.Errorf("nil input: got %+v, %v; want a deny and an error", d, err)
+	}
+}
+
+func FuzzParseInputJSON(f *testing.F) {
+	f.Add([]byte(designInput))
+	f.Add([]byte(`{"version": 1, "phase": "connect", "request": {"method": "CONNECT", "host": "a", "port": 443}}`))
+	f.Add([]byte(`{"version": 1, "phase": "request", "request": {"method": "GET", "host": "a", "port": 1, "query": {"": [""]}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in, err := ParseInputJSON(b)
+		if err != nil {
+			return
+		}
+		if err := in.Validate(); err != nil {
+			t.Fatalf("parsed input fails Validate: %v", err)
+		}
+		if v := inputValue(in); v == nil {
+			t.Fatal("inputValue returned nil")
+		}
+	})
+}
