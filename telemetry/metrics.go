@@ -1,0 +1,193 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Instrument names. Prometheus sees them with dots as underscores, counters with _total and
+// seconds histograms with _seconds, e.g. airlock_requests_total.
+const (
+	MetricRequests           = "airlock.requests"               // counter: decision, rule, phase
+	MetricRequestsDenied     = "airlock.requests.denied"        // counter: server.address, rule
+	MetricRequestDuration    = "airlock.request.duration"       // histogram (s): decision, phase
+	MetricPolicyEvalDuration = "airlock.policy.eval.duration"   // histogram (s): phase, outcome
+	MetricApprovalsPending   = "airlock.approvals.pending"      // up-down counter
+	MetricApprovalWait       = "airlock.approval.wait.duration" // histogram (s): outcome
+	MetricVaultFetches       = "airlock.vault.fetches"          // counter: result, credential
+	MetricSandboxesActive    = "airlock.sandboxes.active"       // up-down counter
+	MetricConnectionsActive  = "airlock.connections.active"     // up-down counter
+	MetricAuditErrors        = "airlock.audit.errors"           // counter
+)
+
+// MaxHostLabels bounds the distinct server.address values of airlock.requests.denied; later
+// hosts are counted as "other", so a sandbox probing random names cannot blow up the series.
+const MaxHostLabels = 200
+
+var (
+	fastBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	waitBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600}
+)
+
+// Metrics is the typed metrics API. Its methods are safe for concurrent use; a nil
+// *Metrics does nothing.
+type Metrics struct {
+	requests, denied, vault, auditErrs metric.Int64Counter
+	reqDur, policyDur, approvalWait    metric.Float64Histogram
+	pending, sandboxes, conns          metric.Int64UpDownCounter
+
+	mu    sync.Mutex
+	hosts map[string]struct{}
+}
+
+// NewMetrics creates the instruments on a meter.
+func NewMetrics(m metric.Meter) (*Metrics, error) {
+	x := &Metrics{hosts: make(map[string]struct{})}
+	var err error
+	counter := func(name, desc, unit string) metric.Int64Counter {
+		c, e := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		err = firstErr(err, e, name)
+		return c
+	}
+	updown := func(name, desc, unit string) metric.Int64UpDownCounter {
+		c, e := m.Int64UpDownCounter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		err = firstErr(err, e, name)
+		return c
+	}
+	hist := func(name, desc string, buckets []float64) metric.Float64Histogram {
+		h, e := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(buckets...))
+		err = firstErr(err, e, name)
+		return h
+	}
+	x.requests = counter(MetricRequests, "Requests and CONNECTs decided, by decision and rule.", "{request}")
+	x.denied = counter(MetricRequestsDenied, "Denied requests by destination host (bounded) and rule.", "{request}")
+	x.reqDur = hist(MetricRequestDuration, "Time from receiving a request to finishing its response.", fastBuckets)
+	x.policyDur = hist(MetricPolicyEvalDuration, "Time to evaluate the policy.", fastBuckets)
+	x.pending = updown(MetricApprovalsPending, "Requests waiting for approval.", "{request}")
+	x.approvalWait = hist(MetricApprovalWait, "Time a request waited for approval.", waitBuckets)
+	x.vault = counter(MetricVaultFetches, "Credential lookups by result (hit, miss, error).", "{fetch}")
+	x.sandboxes = updown(MetricSandboxesActive, "Sandboxes running.", "{sandbox}")
+	x.conns = updown(MetricConnectionsActive, "Client connections open.", "{connection}")
+	x.auditErrs = counter(MetricAuditErrors, "Audit records that could not be written.", "{event}")
+	if err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+func firstErr(prev, err error, name string) error {
+	if prev != nil || err == nil {
+		return prev
+	}
+	return fmt.Errorf("telemetry: instrument %s: %w", name, err)
+}
+
+// RequestDone counts a finished request and records its duration.
+func (m *Metrics) RequestDone(ctx context.Context, f RequestFacts) {
+	if m == nil {
+		return
+	}
+	dec := decisionLabel(f.Decision)
+	m.requests.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("decision", dec), attribute.String("rule", f.Rule), attribute.String("phase", f.Phase)))
+	m.reqDur.Record(ctx, f.Duration.Seconds(), metric.WithAttributes(
+		attribute.String("decision", dec), attribute.String("phase", f.Phase)))
+	if dec == "deny" || dec == "would_deny" {
+		m.denied.Add(ctx, 1, metric.WithAttributes(
+			attribute.String("server.address", m.hostLabel(f.Host)), attribute.String("rule", f.Rule)))
+	}
+}
+
+func (m *Metrics) hostLabel(h string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.hosts[h]; ok {
+		return h
+	}
+	if len(m.hosts) >= MaxHostLabels {
+		return "other"
+	}
+	m.hosts[h] = struct{}{}
+	return h
+}
+
+// PolicyEval records one policy evaluation; failed is true when it returned an error.
+func (m *Metrics) PolicyEval(ctx context.Context, phase string, d time.Duration, failed bool) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	if failed {
+		outcome = "error"
+	}
+	m.policyDur.Record(ctx, d.Seconds(), metric.WithAttributes(
+		attribute.String("phase", phase), attribute.String("outcome", outcome)))
+}
+
+// ApprovalStarted and ApprovalDone bracket a held request; outcome is approved, denied,
+// expired or error.
+func (m *Metrics) ApprovalStarted(ctx context.Context) {
+	if m != nil {
+		m.pending.Add(ctx, 1)
+	}
+}
+
+// ApprovalDone records how long a held request waited and how it ended.
+func (m *Metrics) ApprovalDone(ctx context.Context, outcome string, waited time.Duration) {
+	if m == nil {
+		return
+	}
+	m.pending.Add(ctx, -1)
+	m.approvalWait.Record(ctx, waited.Seconds(), metric.WithAttributes(attribute.String("outcome", outcome)))
+}
+
+// VaultFetch counts a credential lookup: result is "hit" (cache), "miss" (fetched from
+// Vault) or "error"; credential is the configured name.
+func (m *Metrics) VaultFetch(ctx context.Context, credential, result string) {
+	if m == nil {
+		return
+	}
+	m.vault.Add(ctx, 1, metric.WithAttributes(
+		attribute.String("result", result), attribute.String("credential", credential)))
+}
+
+// SandboxStarted / SandboxEnded track running sandboxes.
+func (m *Metrics) SandboxStarted(ctx context.Context) {
+	if m != nil {
+		m.sandboxes.Add(ctx, 1)
+	}
+}
+
+// SandboxEnded is the counterpart of SandboxStarted.
+func (m *Metrics) SandboxEnded(ctx context.Context) {
+	if m != nil {
+		m.sandboxes.Add(ctx, -1)
+	}
+}
+
+// ConnOpened / ConnClosed track client connections.
+func (m *Metrics) ConnOpened(ctx context.Context) {
+	if m != nil {
+		m.conns.Add(ctx, 1)
+	}
+}
+
+// ConnClosed is the counterpart of ConnOpened.
+func (m *Metrics) ConnClosed(ctx context.Context) {
+	if m != nil {
+		m.conns.Add(ctx, -1)
+	}
+}
+
+// AuditError counts an audit record that could not be written.
+func (m *Metrics) AuditError(ctx context.Context) {
+	if m != nil {
+		m.auditErrs.Add(ctx, 1)
+	}
+}
