@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-proxy/airlock/admin"
+	"github.com/airlock-proxy/airlock/rego"
+)
+
+func newProxyCmd() *cobra.Command {
+	var f proxyFlags
+	cmd := &cobra.Command{
+		Use:   "proxy",
+		Short: "Run the egress proxy",
+		Long: `Run the proxy. Requests on --listen carry sandbox id "default" unless they present a proxy
+credential airlock issued (Proxy-Authorization); --require-auth answers those with 407.
+The admin API (--admin-listen) serves /healthz, /readyz, /metrics, /v1/policy and the
+approvals API and page; never expose it to sandboxes. SIGHUP reloads the policy.`,
+		Example: `  # shipped policy, defaults (proxy on 127.0.0.1:3128, admin on 127.0.0.1:9090)
+  airlock proxy
+
+  # your policy and config; let the proxy reach an internal network
+  airlock proxy --config /etc/airlock/airlock.yaml --policy ./policy --allow-private 10.20.0.0/16
+
+  # validate a config and policy without starting
+  airlock proxy --config airlock.yaml --check`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, _, err := f.load(cmd)
+			if err != nil {
+				return err
+			}
+			log := newLogger(cfg, os.Stderr)
+			if f.check {
+				return checkConfig(cmd.Context(), cfg, log, cmd)
+			}
+			return runProxy(cmd.Context(), cfg, log)
+		},
+	}
+	f.bindProxy(cmd)
+	return cmd
+}
+
+func checkConfig(ctx context.Context, cfg *Config, log *slog.Logger, cmd *cobra.Command) error {
+	eng, err := rego.New(ctx, policyOptions(cfg, log))
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	if _, err := loadOrInitCA(cfg, log); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "config OK; policy %s revision %s\n", eng.Status().Source, eng.Revision())
+	return nil
+}
+
+func runProxy(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	s, err := build(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer s.close(context.Background())
+
+	var lns []net.Listener
+	for _, addr := range cfg.Listen {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		lns = append(lns, ln)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		return fmt.Errorf("admin_listen: %w", err)
+	}
+	s.proxy.AddSelf(adminLn.Addr())
+	adminSrv := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+
+	watchCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.engine.Watch(watchCtx)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				if err := s.engine.Reload(watchCtx); err != nil {
+					log.Error("policy reload refused; keeping the last good policy", "err", err)
+				} else {
+					log.Info("policy reloaded", "revision", s.engine.Revision())
+				}
+			case <-watchCtx.Done():
+				return
+			}
+		}
+	}()
+
+	errc := make(chan error, len(lns)+1)
+	for _, ln := range lns {
+		log.Info("proxy listening", "addr", ln.Addr().String(), "require_auth", cfg.RequireAuth)
+		go func() { errc <- s.proxy.Serve(ln) }()
+	}
+	go func() {
+		err := adminSrv.Serve(adminLn)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}()
+	log.Info("admin API listening", "addr", adminLn.Addr().String(), "policy", s.engine.Status().Source, "revision", s.engine.Revision())
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	log.Info("shutting down")
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	_ = s.proxy.Shutdown(sctx)
+	_ = adminSrv.Shutdown(sctx)
+	return err
+}
+
+func (s *stack) adminHandler() http.Handler {
+	return admin.New(admin.Options{
+		Ready: map[string]admin.Check{
+			"policy": func(context.Context) error {
+				if s.engine.Revision() == "" {
+					return errors.New("no policy loaded")
+				}
+				return nil
+			},
+			"audit": func(context.Context) error {
+				if s.audit == nil {
+					return nil
+				}
+				if h, ok := any(s.audit).(interface{ Healthy() error }); ok {
+					return h.Healthy()
+				}
+				return nil
+			},
+		},
+		PolicyStatus: func() any { return s.engine.Status() },
+		Mount: []func(chi.Router){func(r chi.Router) {
+			s.approvals.Routes(r)
+		}},
+	})
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "airlock.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigErrorsNameKeyAndLine(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{"unknown key", "listen: [127.0.0.1:3128]\nlisten_addr: x\n", ":2: "},
+		{"bad cidr", "home: /tmp/x\nallow_private:\n  - 10.0.0.0/8\n  - not-a-cidr\n", "allow_private"},
+		{"bad duration", "policy_options:\n  timeout: soon\n", ":2: "},
+		{"bad approvals timeout", "approvals:\n  store: \"mysql://x\"\n", "approvals.store"},
+		{"bad log level", "log:\n  level: loud\n", "log.level"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := writeConfig(t, tt.body)
+			_, _, err := loadWithFlags(t, "--config", p)
+			if err == nil {
+				t.Fatalf("config %q loaded, want an error", tt.body)
+			}
+			if !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not name the file and %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateErrorCarriesTheKeyLine(t *testing.T) {
+	p := writeConfig(t, "home: /tmp/x\nlog:\n  format: json\n  level: loud\n")
+	_, _, err := loadWithFlags(t, "--config", p)
+	if err == nil || !strings.Contains(err.Error(), p+":4: log.level") {
+		t.Fatalf("err = %v, want %s:4: log.level ...", err, p)
+	}
+}
+
+func TestFlagsOverrideConfig(t *testing.T) {
+	p := writeConfig(t, "home: /tmp/x\nlisten: [127.0.0.1:1111]\nrequire_auth: false\npolicy_options:\n  timeout: 150ms\n")
+	cfg, _, err := loadWithFlags(t, "--config", p, "--listen", "127.0.0.1:2222", "--require-auth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Listen) != 1 || cfg.Listen[0] != "127.0.0.1:2222" || !cfg.RequireAuth {
+		t.Errorf("listen=%v require_auth=%v, want the flags' values", cfg.Listen, cfg.RequireAuth)
+	}
+	if cfg.PolicyConfig.Timeout.String() != "150ms" {
+		t.Errorf("policy_options.timeout = %v, want 150ms from the file (typed duration)", cfg.PolicyConfig.Timeout)
+	}
+}
+
+func loadWithFlags(t *testing.T, args ...string) (*Config, *keyLines, error) {
+	t.Helper()
+	f := &proxyFlags{}
+	cmd := &cobra.Command{}
+	f.bindProxy(cmd)
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	return f.load(cmd)
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-proxy/airlock/approval"
+	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/proxy"
+	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/secrets"
+)
+
+// stack is everything a running proxy is made of, built from a Config.
+type stack struct {
+	cfg       *Config
+	log       *slog.Logger
+	ca        *ca.CA
+	engine    *rego.Engine
+	audit     *audit.Sink
+	broker    *secrets.Broker
+	approvals *approval.Service
+	proxy     *proxy.Proxy
+	closers   []func(context.Context) error
+}
+
+func newLogger(cfg *Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.Log.Level))
+	o := &slog.HandlerOptions{Level: lvl}
+	if cfg.Log.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, o))
+	}
+	return slog.New(slog.NewJSONHandler(w, o))
+}
+
+func policyOptions(cfg *Config, log *slog.Logger) rego.Options {
+	o := rego.Options{Timeout: cfg.PolicyConfig.Timeout, Poll: cfg.PolicyConfig.Poll, Logger: log}
+	p := cfg.Policy
+	switch {
+	case p == "":
+	case strings.HasPrefix(p, "http://") || strings.HasPrefix(p, "https://") || strings.HasSuffix(p, ".tar.gz") || strings.HasSuffix(p, ".tgz"):
+		o.Bundle = p
+	default:
+		o.Dir = p
+	}
+	if cfg.PolicyConfig.BundlePublicKey != "" {
+		o.BundleVerification = &rego.BundleVerification{PublicKey: cfg.PolicyConfig.BundlePublicKey}
+	}
+	return o
+}
+
+// build makes every part; on error, what was made is closed.
+func build(ctx context.Context, cfg *Config, log *slog.Logger) (_ *stack, err error) {
+	s := &stack{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			s.close(context.Background())
+		}
+	}()
+	s.ca, err = loadOrInitCA(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s.engine, err = rego.New(ctx, policyOptions(cfg, log))
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	var auditor proxy.Auditor
+	if cfg.AuditLog != "-" {
+		if err := os.MkdirAll(filepath.Dir(cfg.AuditLog), 0o700); err != nil {
+			return nil, fmt.Errorf("audit_log: %w", err)
+		}
+		s.audit, err = audit.Open(audit.Options{
+			Path: cfg.AuditLog, Fsync: cfg.Audit.Fsync, FsyncInterval: cfg.Audit.FsyncInterval,
+			RotateBytes: cfg.Audit.RotateBytes, SigningKeyFile: cfg.Audit.SigningKeyFile,
+			CheckpointEvents: cfg.Audit.CheckpointEvents, CheckpointInterval: cfg.Audit.CheckpointInterval,
+			OnFailure: cfg.Audit.OnFailure, BufferEvents: cfg.Audit.BufferEvents, Logger: log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("audit_log: %w", err)
+		}
+		s.closers = append(s.closers, func(context.Context) error { return s.audit.Close() })
+		auditor = s.audit
+	}
+	var creds proxy.CredentialSource
+	if len(cfg.Credentials) > 0 {
+		s.broker, err = secrets.New(ctx, secrets.Options{Vault: cfg.Vault, Credentials: cfg.Credentials, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("credentials: %w", err)
+		}
+		s.closers = append(s.closers, s.broker.Close)
+		creds = s.broker
+	}
+	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
+		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
+	}
+	s.approvals, err = approval.New(ctx, approval.Options{Config: cfg.Approvals, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("approvals: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return s.approvals.Close() })
+	if len(cfg.Approvals.Approvers) == 0 && cfg.Approvals.Service == "" {
+		log.Warn("no approvers configured: requests the policy holds for approval will expire unapproved", "key", "approvals.approvers")
+	}
+	var allow []netip.Prefix
+	for _, c := range cfg.AllowPrivate {
+		p, _ := parsePrefix(c)
+		allow = append(allow, p)
+	}
+	opts := proxy.Options{
+		Decider:        s.engine,
+		CA:             s.ca,
+		Credentials:    creds,
+		Approver:       s.approvals,
+		AllowPrivate:   allow,
+		RequireAuth:    cfg.RequireAuth,
+		ReportOnly:     cfg.ReportOnly,
+		PolicyRevision: s.engine.Revision,
+		Logger:         log,
+		Limits: proxy.Limits{
+			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxBodyBytes: int64(cfg.Approvals.MaxBody),
+			ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
+			UpstreamHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
+			MaxInFlightPerSandbox: cfg.Limits.MaxInFlightPerSandbox, MaxConnsPerListener: cfg.Limits.MaxConnsPerListener,
+		},
+	}
+	if cfg.Limits.MaxBodyBytes > 0 {
+		opts.Limits.MaxBodyBytes = cfg.Limits.MaxBodyBytes
+	}
+	if auditor != nil {
+		opts.Auditor = auditor
+	}
+	if cfg.UpstreamCA != "" {
+		opts.UpstreamCAs, err = proxy.LoadCAFile(cfg.UpstreamCA)
+		if err != nil {
+			return nil, fmt.Errorf("upstream_ca: %w", err)
+		}
+	}
+	s.proxy, err = proxy.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func loadOrInitCA(cfg *Config, log *slog.Logger) (*ca.CA, error) {
+	dir := filepath.Join(cfg.Home, "ca")
+	c, created, err := ca.Init(dir)
+	if err != nil {
+		return nil, fmt.Errorf("CA in %s: %w", dir, err)
+	}
+	if created {
+		log.Info("created airlock CA", "dir", dir)
+	}
+	return c, nil
+}
+
+// close stops the parts in reverse order: credentials are revoked before the audit log closes.
+func (s *stack) close(ctx context.Context) error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		if err := s.closers[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
