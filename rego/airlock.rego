@@ -45,9 +45,14 @@ _default_reason := sprintf(
 	input.request.host
 } else := "no rule of the airlock policy allows this request; ask the operator to add it to the policy"
 
+# The request's path; "/" when it has none (connect phase).
+default _path := "/"
+
+_path := input.request.path
+
 # Credentials are never sent over plain HTTP: rules for hosts that need one add a deny for
 # scheme "http" that points at https, using this reason.
 _use_https_reason := sprintf(
 	"%s needs a credential and airlock sends credentials only over https; use https://%s%s",
-	[input.request.host, input.request.host, object.get(input.request, "path", "/")],
+	[input.request.host, input.request.host, _path],
 )

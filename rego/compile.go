@@ -23,6 +23,7 @@ type snapshot struct {
 	query    rego.PreparedEvalQuery
 	store    storage.Store
 	txn      storage.Transaction // a read transaction held for the snapshot's life: the store is never written
+	use      inputUse            // which optional input parts the policy reads
 	revision string
 	source   string
 	loadedAt time.Time
@@ -63,6 +64,7 @@ func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
 		query:    pq,
 		store:    store,
 		txn:      txn,
+		use:      inputUseOf(c),
 		revision: src.revision,
 		source:   src.source,
 		loadedAt: time.Now(),

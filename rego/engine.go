@@ -160,7 +160,7 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 	defer func() { timer.Stop(); stop() }()
 
 	opts := []rego.EvalOption{
-		rego.EvalParsedInput(inputValue(in)),
+		rego.EvalParsedInput(inputValue(in, snap.use)),
 		rego.EvalTransaction(snap.txn),
 		rego.EvalExternalCancel(cancel),
 		rego.EvalMetrics(metrics.NoOp()),

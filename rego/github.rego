@@ -47,7 +47,7 @@ approve contains {
 	"rule": "github.write",
 	"reason": sprintf(
 		"%s %s%s is a write to GitHub and waits for a human to approve it (up to %s); if it is refused, do not retry, ask the operator",
-		[input.request.method, input.request.host, object.get(input.request, "path", "/"), github_approval_timeout],
+		[input.request.method, input.request.host, _path, github_approval_timeout],
 	),
 	"credentials": [github_write_credential],
 	"approval": {"timeout": github_approval_timeout},
@@ -94,6 +94,6 @@ _github_read if {
 }
 
 # A git push first asks for the receive-pack refs, then POSTs to git-receive-pack.
-_git_push if "git-receive-pack" in object.get(input.request, ["query", "service"], [])
+_git_push if "git-receive-pack" in input.request.query.service
 
 _git_push if endswith(input.request.path, "/git-receive-pack")

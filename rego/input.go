@@ -30,8 +30,9 @@ var (
 
 // inputValue builds the policy input as an AST value directly, without a JSON round trip. Its
 // shape is the JSON form of Input: scheme, path, query and headers are left out when empty;
-// labels is always an object.
-func inputValue(in *Input) ast.Value {
+// labels is always an object. Query and headers are left out too when the policy never reads
+// them (use).
+func inputValue(in *Input, use inputUse) ast.Value {
 	labels := ast.NewObjectWithCapacity(len(in.Sandbox.Labels))
 	for k, v := range in.Sandbox.Labels {
 		labels.Insert(ast.InternedTerm(k), ast.InternedTerm(v))
@@ -51,10 +52,10 @@ func inputValue(in *Input) ast.Value {
 	if r.Path != "" {
 		req.Insert(keyPath, ast.InternedTerm(r.Path))
 	}
-	if len(r.Query) > 0 {
+	if use.query && len(r.Query) > 0 {
 		req.Insert(keyQuery, multiValue(r.Query))
 	}
-	if len(r.Headers) > 0 {
+	if use.headers && len(r.Headers) > 0 {
 		req.Insert(keyHeaders, multiValue(r.Headers))
 	}
 

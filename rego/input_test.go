@@ -75,7 +75,7 @@ func TestInputValueMatchesJSONForm(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := ast.MustInterfaceToValue(generic)
-			if got := inputValue(tc.in); got.Compare(want) != 0 {
+			if got := inputValue(tc.in, inputUse{query: true, headers: true}); got.Compare(want) != 0 {
 				t.Errorf("inputValue:\n got %v\nwant %v", got, want)
 			}
 		})
@@ -83,7 +83,7 @@ func TestInputValueMatchesJSONForm(t *testing.T) {
 	// Labels are always an object, so that policies can read input.sandbox.labels.x.
 	noLabels := connectInput("a", 443)
 	noLabels.Sandbox.Labels = nil
-	labels, err := inputValue(noLabels).(ast.Object).Find(ast.Ref{ast.StringTerm("sandbox"), ast.StringTerm("labels")})
+	labels, err := inputValue(noLabels, inputUse{}).(ast.Object).Find(ast.Ref{ast.StringTerm("sandbox"), ast.StringTerm("labels")})
 	if err != nil || labels.Compare(ast.NewObject()) != 0 {
 		t.Errorf("labels of an unlabelled sandbox: %v, %v; want {}", labels, err)
 	}
@@ -111,8 +111,63 @@ func FuzzParseInputJSON(f *testing.F) {
 		if err := in.Validate(); err != nil {
 			t.Fatalf("parsed input fails Validate: %v", err)
 		}
-		if v := inputValue(in); v == nil {
+		if v := inputValue(in, inputUse{query: true, headers: true}); v == nil {
 			t.Fatal("inputValue returned nil")
 		}
 	})
+}
+
+func TestInputUse(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       inputUse
+	}{
+		{"host only", `input.request.host == "a"`, inputUse{}},
+		{"header", `input.request.headers["x-a"]`, inputUse{headers: true}},
+		{"query", `input.request.query.q`, inputUse{query: true}},
+		{"whole request", `object.get(input.request, "headers", {})`, inputUse{query: true, headers: true}},
+		{"whole input", `is_object(input)`, inputUse{query: true, headers: true}},
+		{"variable key", `some k; input.request[k] == "x"`, inputUse{query: true, headers: true}},
+		{"variable top key", `some k; input[k].headers`, inputUse{headers: true}},
+		{"sandbox only", `input.sandbox.labels.x == "y"`, inputUse{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ast.NewCompiler()
+			c.Compile(map[string]*ast.Module{"p.rego": ast.MustParseModule("package airlock\n\ndecision := {\"action\": \"allow\"} if {\n" + tc.body + "\n}\n")})
+			if c.Failed() {
+				t.Fatal(c.Errors)
+			}
+			if got := inputUseOf(c); got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	// An import is resolved into a reference too.
+	c := ast.NewCompiler()
+	c.Compile(map[string]*ast.Module{"p.rego": ast.MustParseModule("package airlock\n\nimport input.request as r\n\ndecision := {\"action\": \"allow\"} if r.headers.a\n")})
+	if got := inputUseOf(c); !got.headers {
+		t.Errorf("import input.request: got %+v, want headers used", got)
+	}
+}
+
+// A policy that reads headers sees them; the shipped one does not read them.
+func TestDecideSeesHeadersWhenUsed(t *testing.T) {
+	e := newTestEngine(t, map[string]string{"p.rego": `package airlock
+
+decision := {"action": "allow", "rule": "h.ok"} if "yes" in input.request.headers["x-ok"]
+
+else := {"action": "deny", "rule": "h.no"}
+`}, Options{})
+	in := requestInput("GET", "a.example", "/")
+	in.Request.Headers = map[string][]string{"x-ok": {"yes"}}
+	if d, err := e.Decide(context.Background(), in); err != nil || d.Rule != "h.ok" {
+		t.Errorf("got %+v, %v; want h.ok", d, err)
+	}
+	shipped, err := New(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := shipped.cur.Load().use; u.headers || !u.query {
+		t.Errorf("shipped policy input use %+v, want query only", u)
+	}
 }

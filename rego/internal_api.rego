@@ -11,7 +11,10 @@ _internal_api := data.hosts.internal_api[input.request.host]
 
 _internal_api_port_ok if input.request.port in object.get(_internal_api, "ports", [443])
 
-_tenant := object.get(input, ["sandbox", "labels", "tenant"], "")
+# The sandbox's tenant label; "" when it has none.
+default _tenant := ""
+
+_tenant := input.sandbox.labels.tenant
 
 _tenant_ok if _tenant in _internal_api.tenants
 
@@ -45,7 +48,7 @@ approve contains {
 	"rule": "internal-api.write",
 	"reason": sprintf(
 		"%s %s%s changes data in an internal API and waits for a human to approve it",
-		[input.request.method, input.request.host, object.get(input.request, "path", "/")],
+		[input.request.method, input.request.host, _path],
 	),
 	"credentials": [_internal_api.credential],
 	"approval": {"timeout": "5m"},

@@ -38,7 +38,7 @@ deny contains {
 	"rule": "registries.read-only",
 	"reason": sprintf(
 		"%s is a package registry and airlock allows only reads (GET, HEAD) there; %s %s is refused, and publishing from this sandbox is not possible",
-		[input.request.host, input.request.method, object.get(input.request, "path", "/")],
+		[input.request.host, input.request.method, _path],
 	),
 } if {
 	input.phase == "request"
