@@ -1,0 +1,119 @@
+//go:build browser
+
+package approval
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestBrowserApprove drives the approval page in headless Chromium (Debian's chromium):
+// sign in with the form, see the pending request, click Approve, and the held call is
+// released as approved, bound to exactly the body that was held.
+//
+//	go test -tags browser -run TestBrowser ./approval/
+//
+// AIRLOCK_SCREENSHOT=docs/approval-page.png also saves the page as it looked.
+func TestBrowserApprove(t *testing.T) {
+	chrome, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium not installed: apt-get install -y chromium")
+	}
+	f := newAPIFixture(t)
+	ctx := context.Background()
+
+	// Something already decided, for the "recently decided" table.
+	old := sampleRequest(`{"ref":"refs/heads/main","force":true}`)
+	old.Method, old.URL, old.Rule, old.Reason = "PATCH", "https://api.github.com/repos/acme/app/git/refs/heads/main", "github.write", "writes to GitHub need a human"
+	oldHeld := holdAsync(ctx, f.s, old)
+	oldRec := nextCreated(t, f.ev)
+	if _, err := f.s.Decide(ctx, oldRec.ID, StateDenied, "oncall", "no force-pushes to main"); err != nil {
+		t.Fatal(err)
+	}
+	waitHold(t, oldHeld)
+
+	body := "{\n  \"title\": \"Flaky test in release pipeline\",\n  \"body\": \"TestUpload fails about 1 in 20 runs on arm64; log attached.\",\n  \"labels\": [\"ci\", \"flaky\"]\n}"
+	req := sampleRequest(body)
+	held := holdAsync(ctx, f.s, req)
+	rec := nextCreated(t, f.ev)
+	del := sampleRequest("")
+	del.Method, del.URL, del.Header = "DELETE", "https://api.github.com/repos/acme/app/branches/old-release/protection", nil
+	del.Rule, del.Reason, del.Creds = "github.admin", "branch protection changes need a human", []string{"github-admin"}
+	del.SandboxID, del.Labels = "sbx-91c2", map[string]string{"task": "repo-cleanup", "tenant": "acme"}
+	delHeld := holdAsync(ctx, f.s, del)
+	delRec := nextCreated(t, f.ev)
+
+	actx, cancel := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1100, 1000))...)
+	defer cancel()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	bctx, cancel = context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(f.srv.URL+"/approvals"),
+		chromedp.WaitVisible(css("#token")),
+		chromedp.SendKeys(css("#token"), oncallToken),
+		chromedp.Submit(css("#token")),
+		chromedp.WaitVisible(css("#"+rec.ID)),
+		chromedp.WaitVisible(css("#"+delRec.ID)),
+	); err != nil {
+		t.Fatalf("browser: sign in and list: %v", err)
+	}
+	preview, err := chromedp.Run(bctx, chromedp.TextContent(css("#"+rec.ID+" pre.body")))
+	if err != nil {
+		t.Fatalf("browser: read preview: %v", err)
+	}
+	if preview != body {
+		t.Errorf("page body preview: got %q, want the held body %q", preview, body)
+	}
+	shown, err := chromedp.Run(bctx, chromedp.Text(css("#"+rec.ID+" .req")))
+	if err != nil {
+		t.Fatalf("browser: read URL: %v", err)
+	}
+	if !strings.Contains(shown, "access_token=[redacted]") || strings.Contains(shown, "s3cr3t") {
+		t.Errorf("page URL: got %q, want the query secret redacted", shown)
+	}
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("browser: screenshot: %v", err)
+	}
+	if p := os.Getenv("AIRLOCK_SCREENSHOT"); p != "" {
+		if err := os.WriteFile(p, shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if err := chromedp.Do(bctx,
+		chromedp.SendKeys(css("#"+rec.ID+" input[name=comment]"), "ok, file it"),
+		chromedp.Click(css("#"+rec.ID+" button.approve")),
+		chromedp.WaitVisible(css("#flash")),
+	); err != nil {
+		t.Fatalf("click Approve: %v", err)
+	}
+	got := waitHold(t, held)
+	if got.err != nil || !got.res.Approved() || got.res.ID != rec.ID || got.res.DecidedBy != "oncall" || got.res.Comment != "ok, file it" {
+		t.Fatalf("Hold after clicking Approve: got %+v, %v; want approved by oncall", got.res, got.err)
+	}
+	stored, err := f.s.Get(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.BodySHA256 != sha256Hex([]byte(body)) || stored.RequestSHA256 != RequestHash(req.Method, req.URL, req.Header, req.Body) {
+		t.Errorf("approved record is bound to other bytes: body_sha256 %s, want %s", stored.BodySHA256, sha256Hex([]byte(body)))
+	}
+	// The other request is untouched by that click.
+	if r, _ := f.s.Get(ctx, delRec.ID); r.State != StatePending {
+		t.Errorf("the other request: got %q, want still pending", r.State)
+	}
+	f.s.Decide(ctx, delRec.ID, StateDenied, "oncall", "")
+	waitHold(t, delHeld)
+}
