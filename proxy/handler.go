@@ -25,6 +25,7 @@ type tunnel struct {
 
 // reqState is the per-request state: one per CONNECT and one per request.
 type reqState struct {
+	ctx   context.Context // carries the request's span
 	start time.Time
 	id    identity.Identity
 	ev    audit.Event
@@ -49,7 +50,7 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity, phase string) *reqState {
 	st := &reqState{start: time.Now(), id: id}
-	_, st.end = p.opts.Telemetry.RequestStarted(ctx, r)
+	st.ctx, st.end = p.opts.Telemetry.RequestStarted(ctx, r)
 	st.ev = audit.Event{
 		Kind:      "request",
 		SandboxID: id.ID,
@@ -66,13 +67,14 @@ func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity
 	return st
 }
 
-func (p *Proxy) decide(ctx context.Context, in *rego.Input) (rego.Decision, error) {
-	t := time.Now()
+func (p *Proxy) decide(st *reqState, in *rego.Input) (rego.Decision, error) {
+	ctx, done := p.opts.Telemetry.Step(st.ctx, "policy", string(in.Phase), nil)
 	d, err := p.opts.Decider.Decide(ctx, in)
-	p.opts.Telemetry.PolicyEvaluated(ctx, time.Since(t), err)
 	if err != nil {
+		done("policy_error")
 		return rego.Decision{}, err
 	}
+	done("")
 	return d, nil
 }
 
@@ -109,7 +111,7 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		return reject(tooMany())
 	}
 	defer p.flight.release(id.ID)
-	dec, err := p.decide(r.Context(), connectInput(id, h, port))
+	dec, err := p.decide(st, connectInput(id, h, port))
 	if err != nil {
 		p.log.Error("policy evaluation failed", "phase", "connect", "sandbox", id.ID, "host", h, "err", err)
 		return reject(policyUnavailable(err))
@@ -207,7 +209,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		}
 	}()
 
-	dec, err := p.decide(r.Context(), requestInput(id, r, t))
+	dec, err := p.decide(st, requestInput(id, r, t))
 	if err != nil {
 		p.log.Error("policy evaluation failed", "phase", "request", "sandbox", id.ID, "host", t.host, "err", err)
 		return refuse(policyUnavailable(err))

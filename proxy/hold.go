@@ -31,6 +31,9 @@ func (p *Proxy) hold(r *http.Request, st *reqState, t target, dec rego.Decision)
 		}
 		body = b
 	}
+	held := p.opts.Telemetry.Held(st.ctx)
+	_, done := p.opts.Telemetry.Step(st.ctx, "approval", "", nil)
+	start := time.Now()
 	res, err := p.opts.Approver.Hold(r.Context(), approval.Request{
 		SandboxID: st.id.ID,
 		Labels:    st.id.Labels,
@@ -44,6 +47,16 @@ func (p *Proxy) hold(r *http.Request, st *reqState, t target, dec rego.Decision)
 		Timeout:   time.Duration(dec.Approval.Timeout),
 	})
 	st.ev.ApprovalID, st.ev.Approver = res.ID, res.DecidedBy
+	state := res.State
+	if err != nil {
+		state = "error"
+	}
+	held(state, time.Since(start))
+	if state == "approved" {
+		done("")
+	} else {
+		done("approval_" + state)
+	}
 	if err != nil {
 		p.log.Error("approval failed", "sandbox", st.id.ID, "err", err)
 		return &refusal{status: http.StatusServiceUnavailable, decision: "error", rule: dec.Rule,

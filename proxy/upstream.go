@@ -128,9 +128,11 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 			return fail(refusal{status: http.StatusServiceUnavailable, decision: "error", rule: st.ev.Rule,
 				reason: "the policy names credentials " + strings.Join(st.creds, ", ") + " but no credential source is configured", class: "credential"})
 		}
+		cctx, done := p.opts.Telemetry.Step(st.ctx, "credentials", "", nil)
 		var err error
-		scrub, err = p.opts.Credentials.Attach(req.Context(), secrets.AttachRequest{SandboxID: st.id.ID, Names: st.creds, Out: req})
+		scrub, err = p.opts.Credentials.Attach(cctx, secrets.AttachRequest{SandboxID: st.id.ID, Names: st.creds, Out: req})
 		if err != nil {
+			done("credential")
 			status := http.StatusServiceUnavailable
 			var hs interface{ HTTPStatus() int }
 			if errors.As(err, &hs) {
@@ -139,19 +141,24 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 			p.log.Error("credential attach failed", "sandbox", st.id.ID, "credentials", st.creds, "err", err)
 			return fail(refusal{status: status, decision: "error", rule: st.ev.Rule, reason: err.Error(), class: "credential"})
 		}
+		done("")
 	}
 	var in *countingReader
 	if req.Body != nil && req.Body != http.NoBody {
 		in = &countingReader{ReadCloser: req.Body}
 		req.Body = in
 	}
+	_, done := p.opts.Telemetry.Step(st.ctx, "upstream", "", req)
 	resp, err := p.tr.RoundTrip(req)
 	if in != nil {
 		st.ev.BytesIn = in.n.Load()
 	}
 	if err != nil {
-		return fail(upstreamError(err))
+		f := upstreamError(err)
+		done(f.class)
+		return fail(f)
 	}
+	done("")
 	st.ev.Status = resp.StatusCode
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the upgraded connection and must stay an io.ReadWriter.

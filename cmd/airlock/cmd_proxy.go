@@ -154,6 +154,7 @@ func (s *stack) adminHandler() http.Handler {
 			},
 		},
 		PolicyStatus: func() any { return s.engine.Status() },
+		Metrics:      s.telemetry.MetricsHandler(),
 		Mount: []func(chi.Router){func(r chi.Router) {
 			s.approvals.Routes(r)
 		}},

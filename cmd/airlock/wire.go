@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
+	"github.com/airlock-proxy/airlock/telemetry"
 )
 
 // stack is everything a running proxy is made of, built from a Config.
@@ -29,6 +30,7 @@ type stack struct {
 	broker    *secrets.Broker
 	approvals *approval.Service
 	proxy     *proxy.Proxy
+	telemetry *telemetry.Telemetry
 	closers   []func(context.Context) error
 }
 
@@ -37,9 +39,9 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 	_ = lvl.UnmarshalText([]byte(cfg.Log.Level))
 	o := &slog.HandlerOptions{Level: lvl}
 	if cfg.Log.Format == "text" {
-		return slog.New(slog.NewTextHandler(w, o))
+		return slog.New(telemetry.NewTraceHandler(slog.NewTextHandler(w, o)))
 	}
-	return slog.New(slog.NewJSONHandler(w, o))
+	return slog.New(telemetry.NewTraceHandler(slog.NewJSONHandler(w, o)))
 }
 
 func policyOptions(cfg *Config, log *slog.Logger) rego.Options {
@@ -66,6 +68,11 @@ func build(ctx context.Context, cfg *Config, log *slog.Logger) (_ *stack, err er
 			s.close(context.Background())
 		}
 	}()
+	s.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "airlock", Version: version, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	s.closers = append(s.closers, s.telemetry.Shutdown)
 	s.ca, err = loadOrInitCA(cfg, log)
 	if err != nil {
 		return nil, err
@@ -93,7 +100,19 @@ func build(ctx context.Context, cfg *Config, log *slog.Logger) (_ *stack, err er
 	}
 	var creds proxy.CredentialSource
 	if len(cfg.Credentials) > 0 {
-		s.broker, err = secrets.New(ctx, secrets.Options{Vault: cfg.Vault, Credentials: cfg.Credentials, Logger: log})
+		s.broker, err = secrets.New(ctx, secrets.Options{
+			Vault: cfg.Vault, Credentials: cfg.Credentials, Logger: log,
+			OnFetch: func(name string, cached bool, err error) {
+				result := "miss"
+				switch {
+				case err != nil:
+					result = "error"
+				case cached:
+					result = "hit"
+				}
+				s.telemetry.Metrics().VaultFetch(context.Background(), name, result)
+			},
+		})
 		if err != nil {
 			return nil, fmt.Errorf("credentials: %w", err)
 		}
@@ -125,6 +144,7 @@ func build(ctx context.Context, cfg *Config, log *slog.Logger) (_ *stack, err er
 		RequireAuth:    cfg.RequireAuth,
 		ReportOnly:     cfg.ReportOnly,
 		PolicyRevision: s.engine.Revision,
+		Telemetry:      &proxy.OTel{T: s.telemetry},
 		Logger:         log,
 		Limits: proxy.Limits{
 			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxBodyBytes: int64(cfg.Approvals.MaxBody),
