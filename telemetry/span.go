@@ -49,6 +49,8 @@ func StartRequestSpan(ctx context.Context, tracer trace.Tracer, r *http.Request,
 	case trustParent && remote.IsValid():
 		ctx = trace.ContextWithRemoteSpanContext(ctx, remote)
 	case remote.IsValid():
+		// The sandbox's tracestate is its own free text: not kept on the link.
+		remote = remote.WithTraceState(trace.TraceState{})
 		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: remote,
 			Attributes: []attribute.KeyValue{attribute.String("airlock.link", "sandbox.traceparent")}}))
 	default:
