@@ -150,3 +150,9 @@ func (b *Broker) revoke(ctx context.Context, e *entry) error {
 	b.log.Debug("credential revoked", "credential", e.key.name, "sandbox", e.key.sandbox)
 	return nil
 }
+
+// Format implements fmt.Formatter: fmt cannot reach Secret's methods through unexported
+// fields, so types holding secrets in unexported fields print themselves.
+func (e entry) Format(f fmt.State, _ rune) {
+	_, _ = fmt.Fprintf(f, "secrets.entry{sandbox: %q, credential: %q, value: %s}", e.key.sandbox, e.key.name, redacted)
+}

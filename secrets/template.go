@@ -3,6 +3,7 @@ package secrets
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/textproto"
 	"slices"
@@ -205,3 +206,9 @@ func (j *injector) stripAndSet(out *http.Request, r rendered) {
 		out.SetBasicAuth(r.user.Reveal(), r.pass.Reveal())
 	}
 }
+
+// Format implements fmt.Formatter (see entry.Format).
+func (rendered) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte("secrets.rendered{" + redacted + "}")) }
+
+// MarshalJSON keeps the value out of JSON.
+func (rendered) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
