@@ -208,7 +208,9 @@ func (j *injector) stripAndSet(out *http.Request, r rendered) {
 }
 
 // Format implements fmt.Formatter (see entry.Format).
-func (rendered) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte("secrets.rendered{" + redacted + "}")) }
+func (rendered) Format(f fmt.State, _ rune) {
+	_, _ = f.Write([]byte("secrets.rendered{" + redacted + "}"))
+}
 
 // MarshalJSON keeps the value out of JSON.
 func (rendered) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
