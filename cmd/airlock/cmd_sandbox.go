@@ -1,6 +1,201 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
 
-// addSandboxCmd adds `airlock sandbox run`; wired to the sandbox package below.
-func addSandboxCmd(root *cobra.Command) {}
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+// systemRoots are where Debian and its relatives keep the system CA bundle.
+var systemRoots = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+type sandboxFlags struct {
+	workspace, memory, report, backend, image, id string
+	timeout                                       time.Duration
+	pids                                          int64
+	cpus                                          float64
+	labels, env                                   []string
+}
+
+func addSandboxCmd(root *cobra.Command) {
+	var pf proxyFlags
+	var sf sandboxFlags
+	run := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARG...]",
+		Short: "Run a command in a sandbox whose only way out is an embedded airlock proxy",
+		Long: `Run CMD in a fresh sandbox (native Linux namespaces by default; needs root): a network
+namespace with only loopback, where the proxy listens on 127.0.0.1:3128 for this sandbox
+alone, a read-only root, the workspace, a private /tmp, no host secrets, no capabilities,
+a seccomp filter and cgroup limits. The environment is built, not inherited: proxy and CA
+variables, PATH, HOME, LANG and what --env adds. The proxy flags mean what they mean for
+'airlock proxy'; the shipped policy applies unless --policy says otherwise.
+
+Exits with CMD's exit status (124 on timeout). On exit the sandbox's Vault leases are
+revoked and everything it made is removed.`,
+		Example: `  # an allowed package index read, then a refused host
+  airlock sandbox run -- sh -c 'curl -sS https://proxy.golang.org/golang.org/x/net/@v/list | tail -3; curl -sS https://example.com/'
+
+  # a project checkout, copy-on-write, with limits and a report
+  airlock sandbox run --workspace ./repo:cow --memory 512M --pids 256 --timeout 2m \
+    --label task=triage --report report.json -- python3 /workspace/agent.py`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, _, err := pf.load(cmd)
+			if err != nil {
+				return err
+			}
+			return runSandbox(cmd, cfg, &sf, args)
+		},
+	}
+	pf.bindCommon(run)
+	fl := run.Flags()
+	fl.StringVar(&sf.workspace, "workspace", "", "host directory mounted at /workspace: DIR, DIR:ro or DIR:cow (copy-on-write; the host copy stays untouched)")
+	fl.DurationVar(&sf.timeout, "timeout", 0, "wall-clock limit; the whole process tree is killed and airlock exits 124")
+	fl.StringVar(&sf.memory, "memory", "", "memory limit, e.g. 512M or 2G")
+	fl.Int64Var(&sf.pids, "pids", 0, "process limit")
+	fl.Float64Var(&sf.cpus, "cpus", 0, "CPU limit in cores, e.g. 1.5")
+	fl.StringArrayVar(&sf.labels, "label", nil, "sandbox label K=V, seen by the policy as input.sandbox.labels (repeatable)")
+	fl.StringArrayVar(&sf.env, "env", nil, "environment variable K=V for the command (repeatable)")
+	fl.StringVar(&sf.backend, "backend", "", "native, docker or kubernetes (default native)")
+	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends)")
+	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
+	fl.StringVar(&sf.id, "id", "", "sandbox id (default: generated)")
+	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
+	sb.AddCommand(run)
+	root.AddCommand(sb)
+}
+
+func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string) error {
+	ctx := cmd.Context()
+	if sf.backend != "" {
+		cfg.Sandbox.Backend = sf.backend
+	}
+	if cfg.Sandbox.Backend != "native" {
+		return fmt.Errorf("--backend %s is not available in this build; use native", cfg.Sandbox.Backend)
+	}
+	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env}
+	if sf.timeout > 0 {
+		o.Timeout = sf.timeout
+	}
+	mem := cfg.Sandbox.Memory
+	if sf.memory != "" {
+		mem = sf.memory
+	}
+	if mem != "" {
+		n, err := sandbox.ParseSize(mem)
+		if err != nil {
+			return fmt.Errorf("--memory: %w", err)
+		}
+		o.Memory = n
+	}
+	if sf.pids > 0 {
+		o.Pids = sf.pids
+	}
+	if sf.cpus > 0 {
+		o.CPUs = sf.cpus
+	}
+	if sf.workspace != "" {
+		dir, mode, err := sandbox.ParseWorkspace(sf.workspace)
+		if err != nil {
+			return fmt.Errorf("--workspace: %w", err)
+		}
+		o.Workspace, o.WorkspaceMode = dir, mode
+	}
+	for _, kv := range sf.labels {
+		k, v, err := sandbox.ParseKV(kv)
+		if err != nil {
+			return fmt.Errorf("--label: %w", err)
+		}
+		if o.Labels == nil {
+			o.Labels = map[string]string{}
+		}
+		o.Labels[k] = v
+	}
+
+	log := newLogger(cfg, os.Stderr)
+	if cfg.Log.Level == "info" && !cmd.Flags().Changed("config") {
+		// The command's own output matters here; the proxy speaks up for warnings.
+		cfg.Log.Level = "warn"
+		log = newLogger(cfg, os.Stderr)
+	}
+	fan := &auditFanout{}
+	s, err := buildWith(ctx, cfg, log, fan)
+	if err != nil {
+		return err
+	}
+	defer s.close(context.Background())
+	o.CABundle = caBundle(s.ca.CertPEM())
+	o.Proxy = s.proxy
+	if s.broker != nil {
+		o.Revoker = s.broker
+	}
+	o.Logger = log
+	o.PolicyRevision = s.engine.Revision()
+	o.OnEvent = func(ctx context.Context, kind string, fields map[string]any) {
+		ev := audit.Event{Kind: kind, Decision: "lifecycle", PolicyRev: s.engine.Revision()}
+		if id, ok := fields["sandbox"].(string); ok {
+			ev.SandboxID = id
+		}
+		ev.Labels = o.Labels
+		if v, ok := fields["exit_code"].(int); ok {
+			ev.Status = v
+		}
+		if e, ok := fields["error"].(string); ok && e != "" {
+			ev.ErrorClass = "sandbox"
+		}
+		if s.audit != nil {
+			if err := s.audit.Record(ctx, ev); err != nil {
+				log.Error("audit record failed", "err", err)
+			}
+		}
+	}
+	sb, err := sandbox.New(ctx, o)
+	if err != nil {
+		return fmt.Errorf("create sandbox: %w", err)
+	}
+	fan.observe(sb.ID(), sb.Observe)
+	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+	closeErr := sb.Close(context.Background())
+	if sf.report != "" {
+		b, err := json.MarshalIndent(sb.Report(), "", "  ")
+		if err == nil {
+			err = os.WriteFile(sf.report, append(b, '\n'), 0o600)
+		}
+		if err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
+	}
+	if runErr != nil {
+		return fmt.Errorf("run: %w", runErr)
+	}
+	if closeErr != nil {
+		log.Error("sandbox cleanup", "err", closeErr)
+	}
+	if res.TimedOut {
+		fmt.Fprintf(os.Stderr, "airlock: sandbox %s timed out after %s; its processes were killed\n", sb.ID(), o.Timeout)
+	}
+	if res.ExitCode != 0 {
+		return exitCode(res.ExitCode)
+	}
+	return nil
+}
+
+// caBundle is the system roots plus airlock's CA: what a sandbox trusts.
+func caBundle(caPEM []byte) []byte {
+	var b []byte
+	for _, p := range systemRoots {
+		if roots, err := os.ReadFile(p); err == nil {
+			b = append(b, roots...)
+			b = append(b, '\n')
+			break
+		}
+	}
+	return append(b, caPEM...)
+}

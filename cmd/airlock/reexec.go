@@ -1,5 +1,7 @@
 package main
 
-// reexec runs the sandbox's in-namespace init when this process was started as one; it
-// never returns in that case. Replaced when the sandbox backend is wired.
-func reexec() {}
+import "github.com/airlock-proxy/airlock/sandbox"
+
+// reexec runs the sandbox's in-namespace stages when this process was re-executed as one;
+// it never returns in that case.
+func reexec() { sandbox.Init() }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/audit"
@@ -61,7 +62,13 @@ func policyOptions(cfg *Config, log *slog.Logger) rego.Options {
 }
 
 // build makes every part; on error, what was made is closed.
-func build(ctx context.Context, cfg *Config, log *slog.Logger) (_ *stack, err error) {
+func build(ctx context.Context, cfg *Config, log *slog.Logger) (*stack, error) {
+	return buildWith(ctx, cfg, log, &auditFanout{})
+}
+
+// buildWith is build with the proxy's auditor going through fan, so that sandboxes can
+// count their own requests.
+func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFanout) (_ *stack, err error) {
 	s := &stack{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
@@ -156,9 +163,8 @@ func build(ctx context.Context, cfg *Config, log *slog.Logger) (_ *stack, err er
 	if cfg.Limits.MaxBodyBytes > 0 {
 		opts.Limits.MaxBodyBytes = cfg.Limits.MaxBodyBytes
 	}
-	if auditor != nil {
-		opts.Auditor = auditor
-	}
+	fan.sink = auditor
+	opts.Auditor = fan
 	if cfg.UpstreamCA != "" {
 		opts.UpstreamCAs, err = proxy.LoadCAFile(cfg.UpstreamCA)
 		if err != nil {
@@ -194,4 +200,47 @@ func (s *stack) close(ctx context.Context) error {
 	}
 	s.closers = nil
 	return errors.Join(errs...)
+}
+
+// auditFanout passes each event to the audit sink and to the sandbox it belongs to (for
+// the run report's counts).
+type auditFanout struct {
+	sink      proxy.Auditor // may be nil
+	mu        sync.RWMutex
+	observers map[string]func(decision, host string)
+}
+
+func (f *auditFanout) observe(sandboxID string, fn func(decision, host string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.observers == nil {
+		f.observers = map[string]func(string, string){}
+	}
+	f.observers[sandboxID] = fn
+}
+
+func (f *auditFanout) Record(ctx context.Context, ev audit.Event) error {
+	f.mu.RLock()
+	fn := f.observers[ev.SandboxID]
+	f.mu.RUnlock()
+	// An allowed CONNECT is followed by its requests, which are counted themselves.
+	if fn != nil && !(ev.Kind == "connect" && ev.Decision == "allow") {
+		d := ev.Decision
+		if d == "approve" && ev.Approver != "" && ev.Status > 0 && ev.Status < 400 {
+			d = "approved"
+		}
+		fn(d, ev.Host)
+	}
+	if f.sink == nil {
+		return nil
+	}
+	return f.sink.Record(ctx, ev)
+}
+
+// Healthy reports a failing audit sink, so that the proxy refuses traffic (fail closed).
+func (f *auditFanout) Healthy() error {
+	if h, ok := f.sink.(interface{ Healthy() error }); ok {
+		return h.Healthy()
+	}
+	return nil
 }
