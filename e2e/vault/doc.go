@@ -1,0 +1,2 @@
+// Package vault holds end-to-end tests of the secrets broker against a real in-process Vault.
+package vault
