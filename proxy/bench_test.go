@@ -1,0 +1,157 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/elazarl/goproxy"
+
+	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/rego"
+)
+
+// BenchmarkRequest measures one keep-alive request's cost through each path, side by side in
+// one run: direct to the upstream, through a plain goproxy (the baseline), and through
+// airlock deciding with the shipped policy over plain HTTP and intercepted HTTPS.
+func BenchmarkRequest(b *testing.B) {
+	body := []byte("hello from upstream\n")
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(body) })
+	up := httptest.NewServer(h)
+	defer up.Close()
+	// The HTTPS upstream presents a certificate for pypi.org from its own CA, which the
+	// proxy trusts through UpstreamCAs.
+	upCA, _ := ca.New()
+	leaf, _ := upCA.Leaf("pypi.org")
+	upTLS := httptest.NewUnstartedServer(h)
+	upTLS.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
+	upTLS.StartTLS()
+	defer upTLS.Close()
+
+	plainGP := goproxy.NewProxyHttpServer()
+	plainGP.Tr = &http.Transport{MaxIdleConnsPerHost: 256, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	gpSrv := httptest.NewServer(plainGP)
+	defer gpSrv.Close()
+
+	// A registry-style policy (host allowlist in data, reads only), on the test ports.
+	eng := benchEngine(b)
+	c, _ := ca.New()
+	upCAs := x509.NewCertPool()
+	upCAs.AddCert(upCA.Certificate())
+	p, err := New(Options{Decider: eng, CA: c, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		UpstreamCAs: upCAs, Resolver: staticResolver{netip.MustParseAddr("127.0.0.1")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go p.Serve(ln)
+	defer p.Shutdown(context.Background())
+
+	roots := x509.NewCertPool()
+	roots.AddCert(c.Certificate())
+	client := func(proxyAddr string, dialTo string) *http.Client {
+		tr := &http.Transport{MaxIdleConnsPerHost: 64, TLSClientConfig: &tls.Config{RootCAs: roots}}
+		if proxyAddr != "" {
+			tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: proxyAddr})
+		}
+		if dialTo != "" {
+			tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, dialTo)
+			}
+		}
+		return &http.Client{Transport: tr}
+	}
+	upHost := mustURL(up.URL).Host
+	upTLSPort := mustURL(upTLS.URL).Port()
+	run := func(b *testing.B, c *http.Client, u string) {
+		b.ReportAllocs()
+		for b.Loop() {
+			resp, err := c.Get(u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Fatalf("status %d", resp.StatusCode)
+			}
+		}
+	}
+	b.Run("direct", func(b *testing.B) { run(b, client("", ""), up.URL+"/simple/") })
+	b.Run("goproxy", func(b *testing.B) { run(b, client(gpSrv.Listener.Addr().String(), ""), up.URL+"/simple/") })
+	b.Run("airlock-http", func(b *testing.B) {
+		run(b, client(ln.Addr().String(), ""), "http://pypi.org:"+mustURL(up.URL).Port()+"/simple/")
+	})
+	b.Run("airlock-https-intercepted", func(b *testing.B) {
+		run(b, client(ln.Addr().String(), ""), "https://pypi.org:"+upTLSPort+"/simple/")
+	})
+	_ = upHost
+}
+
+const benchPolicy = `package airlock
+
+default decision := {"action": "deny", "rule": "default.deny", "reason": "not allowed"}
+
+decision := {"action": "allow", "rule": "registries.connect"} if {
+	input.phase == "connect"
+	data.hosts.registries[input.request.host]
+}
+
+decision := {"action": "allow", "rule": "registries.read"} if {
+	input.phase == "request"
+	data.hosts.registries[input.request.host]
+	input.request.method in {"GET", "HEAD"}
+}
+`
+
+func benchEngine(b *testing.B) *rego.Engine {
+	dir := b.TempDir()
+	os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(benchPolicy), 0o600)
+	os.WriteFile(filepath.Join(dir, "data.json"), []byte(`{"hosts": {"registries": {"pypi.org": {}, "proxy.golang.org": {}}}}`), 0o600)
+	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng
+}
+
+// BenchmarkDecision is the policy evaluation alone, as the proxy calls it.
+func BenchmarkDecision(b *testing.B) {
+	eng, err := rego.New(context.Background(), rego.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := &rego.Input{Version: 1, Phase: rego.PhaseRequest, Sandbox: rego.SandboxInput{ID: "bench"},
+		Request: rego.RequestInput{Method: "GET", Scheme: "https", Host: "pypi.org", Port: 443, Path: "/simple/requests/",
+			Headers: map[string][]string{"accept": {"*/*"}, "user-agent": {"bench"}}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := eng.Decide(context.Background(), in)
+		if err != nil || !d.Allows() {
+			b.Fatalf("decision %+v, %v", d, err)
+		}
+	}
+}
+
+type staticResolver []netip.Addr
+
+func (s staticResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return s, nil
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
