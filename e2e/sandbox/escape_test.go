@@ -177,7 +177,7 @@ func attempts(h *host, otherWorkspace string) []attempt {
 	if h.extIP != "" {
 		a = append(a,
 			attempt{"tcp to host address", connect("AF_INET", h.extIP, h.tcpPort), true},
-			attempt{"icmp to host address", py(`import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP); s.settimeout(2); s.sendto(b"\x08\x00\xf7\xff\x00\x00\x00\x00", ("`+h.extIP+`", 0)); s.recv(64); print("ESCAPED")`), false},
+			attempt{"icmp to host address", py(`import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP); s.settimeout(2); s.sendto(b"\x08\x00\xf7\xff\x00\x00\x00\x00", ("` + h.extIP + `", 0)); s.recv(64); print("ESCAPED")`), false},
 		)
 	}
 	return a
