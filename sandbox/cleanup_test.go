@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 )
@@ -57,7 +59,9 @@ func BenchmarkCreateExecDestroy(b *testing.B) {
 	}
 	n := &sandbox.Native{StateDir: testState}
 	ctx := context.Background()
+	var took []time.Duration
 	for b.Loop() {
+		start := time.Now()
 		s, err := sandbox.New(ctx, sandbox.Options{Backend: n})
 		if err != nil {
 			b.Fatal(err)
@@ -68,5 +72,8 @@ func BenchmarkCreateExecDestroy(b *testing.B) {
 		if err := s.Close(ctx); err != nil {
 			b.Fatal(err)
 		}
+		took = append(took, time.Since(start))
 	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Milliseconds()), "p50-ms")
 }
