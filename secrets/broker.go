@@ -340,3 +340,14 @@ func (b *Broker) dropAll() {
 	defer b.mu.Unlock()
 	b.cache, b.retired = map[cacheKey]*entry{}, nil
 }
+
+// Compile-time guards: the shapes of proxy.CredentialSource and sandbox.Revoker (declared by
+// their users; this leaf package must not import them).
+var (
+	_ interface {
+		Attach(context.Context, AttachRequest) (Scrubber, error)
+	} = (*Broker)(nil)
+	_ interface {
+		RevokeSandbox(ctx context.Context, id string) error
+	} = (*Broker)(nil)
+)

@@ -37,6 +37,9 @@ type unavailableError struct{ err error }
 func (e *unavailableError) Error() string { return e.err.Error() }
 func (e *unavailableError) Unwrap() error { return e.err }
 
+// errReauth marks a failed re-authentication of the proxy's own Vault token.
+var errReauth = errors.New("vault re-authentication failed")
+
 // statusError is an unusable Vault answer.
 type statusError struct {
 	status int
@@ -119,8 +122,12 @@ func classify(name string, err error) *Error {
 		return &Error{Credential: name, Status: http.StatusServiceUnavailable, Reason: "request cancelled while fetching the credential", cause: err}
 	}
 	var ue *unavailableError
-	if errors.As(err, &ue) && !strings.HasPrefix(ue.Error(), "vault") {
-		return &Error{Credential: name, Status: http.StatusServiceUnavailable, Reason: ue.Error(), cause: err}
+	if errors.As(err, &ue) {
+		reason := ue.Error()
+		if errors.Is(err, errReauth) {
+			reason = "airlock cannot authenticate to vault and no valid credential is cached"
+		}
+		return &Error{Credential: name, Status: http.StatusServiceUnavailable, Reason: reason, cause: err}
 	}
 	// Transport errors, timeouts, failed re-authentication: Vault cannot be reached.
 	return &Error{Credential: name, Status: http.StatusServiceUnavailable, Reason: "vault is unreachable and no valid credential is cached", cause: err}

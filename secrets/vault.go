@@ -247,7 +247,7 @@ func (v *vaultClient) do(ctx context.Context, f func(ctx context.Context) error)
 	}
 	v.log.Warn("vault token no longer valid; logging in again", "method", v.method())
 	if rerr := v.reauth(ctx, gen); rerr != nil {
-		return &unavailableError{fmt.Errorf("vault re-authentication: %w", rerr)}
+		return &unavailableError{fmt.Errorf("%w: %w", errReauth, rerr)}
 	}
 	return v.call(ctx, f)
 }
