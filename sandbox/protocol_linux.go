@@ -134,5 +134,12 @@ func seqpacketPair() (a, b *os.File, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
+	// One message carries the CA bundle (system roots are ~220 KiB), more than the default
+	// socket buffer admits in one datagram: raise it (root may exceed wmem_max).
+	for _, fd := range fds {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, maxPacket) != nil {
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, maxPacket)
+		}
+	}
 	return os.NewFile(uintptr(fds[0]), "seqpacket"), os.NewFile(uintptr(fds[1]), "seqpacket"), nil
 }
