@@ -61,7 +61,7 @@ func processCPU(tb testing.TB) time.Duration {
 
 // BenchmarkDecide measures the shipped policy on the request phase.
 func BenchmarkDecide(b *testing.B) {
-	e, err := New(context.Background(), Options{})
+	e, err := New(context.Background(), Options{Timeout: testEvalTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func BenchmarkDecideAllowlist10k(b *testing.B) {
 	if err := os.WriteFile(filepath.Join(dir, "data.json"), out, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	e, err := New(context.Background(), Options{Dir: dir})
+	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}

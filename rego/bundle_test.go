@@ -51,7 +51,7 @@ func TestBundleFile(t *testing.T) {
 	if err := os.WriteFile(path, makeBundle(t, "rev-1", "b.one", nil), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(context.Background(), Options{Bundle: path, Poll: 10 * time.Millisecond})
+	e, err := New(context.Background(), Options{Bundle: path, Poll: 10 * time.Millisecond, Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestBundleURLPolling(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	e, err := New(context.Background(), Options{Bundle: srv.URL + "/bundle.tar.gz", Poll: 10 * time.Millisecond})
+	e, err := New(context.Background(), Options{Bundle: srv.URL + "/bundle.tar.gz", Poll: 10 * time.Millisecond, Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

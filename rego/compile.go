@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
@@ -20,7 +19,9 @@ var decisionRef = ast.MustParseRef(DecisionQuery)
 // snapshot is one compiled, tested policy ready for evaluation. It is immutable once built and
 // shared by all concurrent evaluations until a reload swaps in the next one.
 type snapshot struct {
-	query    rego.PreparedEvalQuery
+	compiler *ast.Compiler
+	qc       ast.QueryCompiler
+	query    ast.Body // resultVar = data.airlock.decision, compiled once
 	store    storage.Store
 	txn      storage.Transaction // a read transaction held for the snapshot's life: the store is never written
 	use      inputUse            // which optional input parts the policy reads
@@ -49,19 +50,16 @@ func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
 		store.Abort(ctx, txn)
 		return nil, fmt.Errorf("compile policy %s: no rule defines %s (package airlock, rule decision)", src.source, DecisionQuery)
 	}
-	pq, err := rego.New(
-		rego.Query(DecisionQuery),
-		rego.Compiler(c),
-		rego.Store(store),
-		rego.StrictBuiltinErrors(true),
-		rego.GenerateJSON(keepTerm),
-	).PrepareForEval(ctx)
+	qc := c.QueryCompiler()
+	query, err := qc.Compile(ast.NewBody(ast.Equality.Expr(ast.NewTerm(resultVar), ast.NewTerm(decisionRef))))
 	if err != nil {
 		store.Abort(ctx, txn)
 		return nil, fmt.Errorf("prepare %s in policy %s: %w", DecisionQuery, src.source, err)
 	}
 	return &snapshot{
-		query:    pq,
+		compiler: c,
+		qc:       qc,
+		query:    query,
 		store:    store,
 		txn:      txn,
 		use:      inputUseOf(c),
@@ -71,9 +69,8 @@ func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
 	}, nil
 }
 
-// keepTerm hands the result term through unconverted: Decide reads the decision straight from
-// the AST, which saves converting it to map[string]any on every evaluation.
-func keepTerm(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }
+// resultVar is bound to the decision in the prepared query.
+var resultVar = ast.Var("airlock_decision")
 
 // load compiles a source and, when it holds *_test.rego files, runs them: a policy whose own
 // tests fail is not used.

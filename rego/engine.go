@@ -13,7 +13,6 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
-	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
@@ -159,18 +158,29 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 	stop := context.AfterFunc(ctx, cancel.Cancel)
 	defer func() { timer.Stop(); stop() }()
 
-	opts := []rego.EvalOption{
-		rego.EvalParsedInput(inputValue(in, snap.use)),
-		rego.EvalTransaction(snap.txn),
-		rego.EvalExternalCancel(cancel),
-		rego.EvalMetrics(metrics.NoOp()),
-	}
+	q := topdown.NewQuery(snap.query).
+		WithQueryCompiler(snap.qc).
+		WithCompiler(snap.compiler).
+		WithStore(snap.store).
+		WithTransaction(snap.txn).
+		WithInput(ast.NewTerm(inputValue(in, snap.use))).
+		WithCancel(cancel).
+		WithMetrics(metrics.NoOp()).
+		WithStrictBuiltinErrors(true).
+		WithIndexing(true).
+		WithEarlyExit(true)
 	var buf *topdown.BufferTracer
 	if explain {
 		buf = topdown.NewBufferTracer()
-		opts = append(opts, rego.EvalQueryTracer(buf))
+		q = q.WithQueryTracer(buf)
 	}
-	rs, err := snap.query.Eval(ctx, opts...)
+	var result *ast.Term
+	n := 0
+	err := q.Iter(ctx, func(qr topdown.QueryResult) error {
+		result = qr[resultVar]
+		n++
+		return nil
+	})
 	trace := ""
 	if buf != nil {
 		var sb strings.Builder
@@ -184,13 +194,12 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %w", snap.revision, ctx.Err())
 	case err != nil:
 		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %w", snap.revision, err)
-	case len(rs) == 0 || len(rs[0].Expressions) == 0:
+	case n == 0 || result == nil:
 		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %w", snap.revision, ErrNoDecision)
+	case n > 1:
+		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %d decisions, want one", snap.revision, n)
 	}
-	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
-	if !ok {
-		return Decision{}, trace, fmt.Errorf("evaluate policy %s: unexpected result %T", snap.revision, rs[0].Expressions[0].Value)
-	}
+	t := result
 	d, err := parseDecision(t.Value)
 	if err != nil {
 		e.log.Warn("policy returned a malformed decision; denied", "revision", snap.revision, "rule", d.Rule, "err", err)

@@ -29,6 +29,9 @@ func requestInput(method, host, path string) *Input {
 func newTestEngine(t *testing.T, files map[string]string, o Options) *Engine {
 	t.Helper()
 	o.Dir = t.TempDir()
+	if o.Timeout == 0 {
+		o.Timeout = testEvalTimeout
+	}
 	writeFiles(t, o.Dir, files)
 	e, err := New(context.Background(), o)
 	if err != nil {
@@ -38,7 +41,7 @@ func newTestEngine(t *testing.T, files map[string]string, o Options) *Engine {
 }
 
 func TestDecideShippedPolicy(t *testing.T) {
-	e, err := New(context.Background(), Options{})
+	e, err := New(context.Background(), Options{Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +195,7 @@ decision := {"action": "allow"} if {
 }
 
 func TestEvalExplain(t *testing.T) {
-	e, err := New(context.Background(), Options{})
+	e, err := New(context.Background(), Options{Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +255,7 @@ func TestDecideConcurrentWithReload(t *testing.T) {
 		return map[string]string{"p.rego": "package airlock\n\ndecision := {\"action\": \"allow\", \"rule\": \"" + rule + "\"}\n"}
 	}
 	writeFiles(t, dir, policy("v.one"))
-	e, err := New(context.Background(), Options{Dir: dir})
+	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

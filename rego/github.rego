@@ -15,10 +15,6 @@ github_write_credential := "github-write"
 # How long a held GitHub write waits for a human before it is refused.
 github_approval_timeout := "10m"
 
-_github := data.hosts.github[input.request.host]
-
-_github_port_ok if input.request.port in object.get(_github, "ports", [443])
-
 allow contains {
 	"action": "allow",
 	"rule": "github.connect",
@@ -27,18 +23,20 @@ allow contains {
 	"tunnel": false,
 } if {
 	input.phase == "connect"
-	_github_port_ok
+	gh := data.hosts.github[input.request.host]
+	input.request.port in object.get(gh, "ports", [443])
 }
 
 allow contains {
 	"action": "allow",
 	"rule": "github.read",
 	"reason": concat("", ["reading from ", input.request.host, " is allowed"]),
-	"credentials": _github_read_credentials,
+	"credentials": _github_read_credentials(gh),
 	"tunnel": false,
 } if {
 	input.phase == "request"
-	_github_port_ok
+	gh := data.hosts.github[input.request.host]
+	input.request.port in object.get(gh, "ports", [443])
 	_github_read
 }
 
@@ -53,8 +51,8 @@ approve contains {
 	"approval": {"timeout": github_approval_timeout},
 } if {
 	input.phase == "request"
-	_github.authenticated
-	_github_port_ok
+	data.hosts.github[input.request.host].authenticated
+	input.request.port in object.get(data.hosts.github[input.request.host], "ports", [443])
 	not _github_read
 }
 
@@ -67,23 +65,23 @@ deny contains {
 	),
 } if {
 	input.phase == "request"
-	_github
-	not _github.authenticated
+	gh := data.hosts.github[input.request.host]
+	not gh.authenticated
 	not _github_read
 }
 
 deny contains {"action": "deny", "rule": "github.plain-http", "reason": _use_https_reason} if {
-	input.phase == "request"
 	input.request.scheme == "http"
-	_github.authenticated
+	input.phase == "request"
+	data.hosts.github[input.request.host].authenticated
 }
 
-_github_read_credentials := [github_read_credential] if _github.authenticated
+_github_read_credentials(gh) := [github_read_credential] if gh.authenticated
 
 else := []
 
 _github_read if {
-	input.request.method in read_methods
+	input.request.method in {"GET", "HEAD"}
 	not _git_push
 }
 

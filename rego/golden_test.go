@@ -22,7 +22,7 @@ type goldenCase struct {
 // TestGoldenDecisions pins the shipped policy's decisions, reasons included, for a table of
 // inputs in testdata/golden/*.json. After an intended change: go test ./rego/ -run Golden -update
 func TestGoldenDecisions(t *testing.T) {
-	e, err := New(context.Background(), Options{})
+	e, err := New(context.Background(), Options{Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func TestInputValueMatchesJSONForm(t *testing.T) {
 }
 
 func TestDecideRejectsNilInput(t *testing.T) {
-	e, err := New(context.Background(), Options{})
+	e, err := New(context.Background(), Options{Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ else := {"action": "deny", "rule": "h.no"}
 	if d, err := e.Decide(context.Background(), in); err != nil || d.Rule != "h.ok" {
 		t.Errorf("got %+v, %v; want h.ok", d, err)
 	}
-	shipped, err := New(context.Background(), Options{})
+	shipped, err := New(context.Background(), Options{Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

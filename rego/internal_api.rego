@@ -7,16 +7,10 @@
 # are held for approval; DELETE is denied; other methods fall to the default deny.
 package airlock
 
-_internal_api := data.hosts.internal_api[input.request.host]
-
-_internal_api_port_ok if input.request.port in object.get(_internal_api, "ports", [443])
-
 # The sandbox's tenant label; "" when it has none.
 default _tenant := ""
 
 _tenant := input.sandbox.labels.tenant
-
-_tenant_ok if _tenant in _internal_api.tenants
 
 allow contains {
 	"action": "allow",
@@ -26,21 +20,23 @@ allow contains {
 	"tunnel": false,
 } if {
 	input.phase == "connect"
-	_internal_api_port_ok
-	_tenant_ok
+	api := data.hosts.internal_api[input.request.host]
+	input.request.port in object.get(api, "ports", [443])
+	_tenant in api.tenants
 }
 
 allow contains {
 	"action": "allow",
 	"rule": "internal-api.read",
 	"reason": concat("", ["reading from the internal API ", input.request.host, " is allowed"]),
-	"credentials": [_internal_api.credential],
+	"credentials": [api.credential],
 	"tunnel": false,
 } if {
 	input.phase == "request"
-	_internal_api_port_ok
-	_tenant_ok
-	input.request.method in read_methods
+	api := data.hosts.internal_api[input.request.host]
+	input.request.method in {"GET", "HEAD"}
+	input.request.port in object.get(api, "ports", [443])
+	_tenant in api.tenants
 }
 
 approve contains {
@@ -50,13 +46,14 @@ approve contains {
 		"%s %s%s changes data in an internal API and waits for a human to approve it",
 		[input.request.method, input.request.host, _path],
 	),
-	"credentials": [_internal_api.credential],
+	"credentials": [api.credential],
 	"approval": {"timeout": "5m"},
 } if {
 	input.phase == "request"
-	_internal_api_port_ok
-	_tenant_ok
+	api := data.hosts.internal_api[input.request.host]
 	input.request.method in {"POST", "PUT", "PATCH"}
+	input.request.port in object.get(api, "ports", [443])
+	_tenant in api.tenants
 }
 
 deny contains {
@@ -64,11 +61,11 @@ deny contains {
 	"rule": "internal-api.tenant",
 	"reason": sprintf(
 		"%s is an internal API for tenants %v; this sandbox's tenant label is %q; ask the operator to run it with an allowed tenant",
-		[input.request.host, _internal_api.tenants, _tenant],
+		[input.request.host, api.tenants, _tenant],
 	),
 } if {
-	_internal_api
-	not _tenant_ok
+	api := data.hosts.internal_api[input.request.host]
+	not _tenant in api.tenants
 }
 
 deny contains {
@@ -77,11 +74,11 @@ deny contains {
 	"reason": concat("", ["DELETE on the internal API ", input.request.host, " is never allowed from a sandbox; ask the operator to do it"]),
 } if {
 	input.request.method == "DELETE"
-	_internal_api
+	data.hosts.internal_api[input.request.host]
 }
 
 deny contains {"action": "deny", "rule": "internal-api.plain-http", "reason": _use_https_reason} if {
-	input.phase == "request"
 	input.request.scheme == "http"
-	_internal_api
+	input.phase == "request"
+	data.hosts.internal_api[input.request.host]
 }

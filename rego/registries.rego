@@ -6,31 +6,43 @@
 # Anything else sent to a registry, such as publishing a package, is denied.
 package airlock
 
-_registry := data.hosts.registries[input.request.host]
-
-_registry_port_ok if input.request.port in object.get(_registry, "ports", [443])
-
 allow contains {
 	"action": "allow",
 	"rule": "registries.connect",
-	"reason": concat("", [input.request.host, " is a package registry (", _registry.ecosystem, "); requests inside are checked one by one"]),
+	"reason": concat("", [input.request.host, " is a package registry (", registry.ecosystem, "); requests inside are checked one by one"]),
 	"credentials": [],
 	"tunnel": false,
 } if {
 	input.phase == "connect"
-	_registry_port_ok
+	registry := data.hosts.registries[input.request.host]
+	input.request.port in object.get(registry, "ports", [443])
 }
 
 allow contains {
 	"action": "allow",
 	"rule": "registries.read",
-	"reason": concat("", ["reading from the ", _registry.ecosystem, " package registry ", input.request.host, " is allowed"]),
+	"reason": concat("", ["reading from the ", registry.ecosystem, " package registry ", input.request.host, " is allowed"]),
 	"credentials": [],
 	"tunnel": false,
 } if {
 	input.phase == "request"
-	_registry_port_ok
-	_registry_read
+	registry := data.hosts.registries[input.request.host]
+	input.request.method in {"GET", "HEAD"}
+	input.request.port in object.get(registry, "ports", [443])
+}
+
+allow contains {
+	"action": "allow",
+	"rule": "registries.read",
+	"reason": concat("", ["reading from the ", registry.ecosystem, " package registry ", input.request.host, " is allowed"]),
+	"credentials": [],
+	"tunnel": false,
+} if {
+	input.request.method == "POST"
+	input.phase == "request"
+	registry := data.hosts.registries[input.request.host]
+	input.request.port in object.get(registry, "ports", [443])
+	_registry_read_post(registry)
 }
 
 deny contains {
@@ -42,13 +54,13 @@ deny contains {
 	),
 } if {
 	input.phase == "request"
-	_registry
-	not _registry_read
+	registry := data.hosts.registries[input.request.host]
+	not input.request.method in {"GET", "HEAD"}
+	not _registry_read_post(registry)
 }
 
-_registry_read if input.request.method in read_methods
-
-_registry_read if {
+# A POST that only queries, such as npm audit.
+_registry_read_post(registry) if {
 	input.request.method == "POST"
-	input.request.path in object.get(_registry, "read_posts", [])
+	input.request.path in object.get(registry, "read_posts", [])
 }

@@ -26,7 +26,7 @@ func TestReloadKeepsLastGoodPolicy(t *testing.T) {
 	var logs bytes.Buffer
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"p.rego": allowPolicy})
-	e, err := New(context.Background(), Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ else := {"action": "deny", "rule": "t.default"}
 func TestDataChangeIsANewRevision(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"p.rego": allowPolicy, "data.json": `{"a": 1}`})
-	e, err := New(context.Background(), Options{Dir: dir})
+	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestDataChangeIsANewRevision(t *testing.T) {
 func TestWatchDirectory(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"p.rego": allowPolicy})
-	e, err := New(context.Background(), Options{Dir: dir})
+	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

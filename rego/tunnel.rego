@@ -5,8 +5,6 @@
 # hold nothing for approval. Use it only for clients that pin certificates. Empty by default.
 package airlock
 
-_tunnel := data.hosts.tunnel[input.request.host]
-
 allow contains {
 	"action": "allow",
 	"rule": "tunnel.connect",
@@ -15,5 +13,6 @@ allow contains {
 	"tunnel": true,
 } if {
 	input.phase == "connect"
-	input.request.port in object.get(_tunnel, "ports", [443])
+	t := data.hosts.tunnel[input.request.host]
+	input.request.port in object.get(t, "ports", [443])
 }
