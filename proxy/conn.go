@@ -10,22 +10,44 @@ import (
 // written for the idle timeout is closed, also after it was hijacked for a tunnel (where
 // http.Server's own timeouts no longer apply). A slow-loris or slow-read client thus holds
 // a connection for at most the idle timeout per byte it trickles.
+//
+// It also bounds the connections open at once: Accept waits while max are open.
 type idleListener struct {
 	net.Listener
 	idle time.Duration
+	sem  chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func newIdleListener(ln net.Listener, idle time.Duration, max int) *idleListener {
+	return &idleListener{Listener: ln, idle: idle, sem: make(chan struct{}, max), done: make(chan struct{})}
+}
+
+func (l *idleListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
 }
 
 func (l *idleListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
 	c, err := l.Listener.Accept()
 	if err != nil {
+		<-l.sem
 		return nil, err
 	}
-	return &idleConn{Conn: c, idle: l.idle}, nil
+	return &idleConn{Conn: c, idle: l.idle, release: func() { <-l.sem }}, nil
 }
 
 type idleConn struct {
 	net.Conn
-	idle time.Duration
+	idle    time.Duration
+	release func()
+	once    sync.Once
 
 	mu            sync.Mutex
 	readDeadline  time.Time // set by the HTTP server; zero when none
@@ -38,6 +60,11 @@ func earliest(set time.Time, d time.Duration) time.Time {
 		return set
 	}
 	return t
+}
+
+func (c *idleConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {

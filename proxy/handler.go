@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 // tunnel is what a CONNECT established; goproxy hands it to every request read inside it.
 type tunnel struct {
+	conn net.Conn // the client connection the tunnel runs on
 	id   identity.Identity
 	host string // normalised CONNECT host: what is dialled
 	port int
@@ -136,7 +138,8 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		return &goproxy.ConnectAction{Action: goproxy.ConnectAccept}, target
 	}
 	p.finish(r.Context(), st)
-	ctx.UserData = &tunnel{id: id, host: h, port: port, rule: dec.Rule}
+	conn, _ := r.Context().Value(connKey).(net.Conn)
+	ctx.UserData = &tunnel{conn: conn, id: id, host: h, port: port, rule: dec.Rule}
 	return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: p.mitmTLS(h)}, target
 }
 
@@ -224,7 +227,11 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		st.ev.Decision = "would_deny"
 		p.log.Warn("report-only: letting a denied request through", "sandbox", id.ID, "method", r.Method, "host", t.host, "path", t.path, "rule", dec.Rule)
 	case dec.NeedsApproval():
-		if f := p.hold(r, st, t, dec); f != nil {
+		var conn net.Conn
+		if inTunnel {
+			conn = tun.conn
+		}
+		if f := p.hold(r, st, dec, conn); f != nil {
 			return refuse(*f)
 		}
 		creds = dec.Credentials

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -13,7 +14,9 @@ import (
 
 // hold buffers the request body and waits for an approval. On approval the request's body
 // is replaced by exactly the approved bytes; otherwise a refusal says why.
-func (p *Proxy) hold(r *http.Request, st *reqState, t target, dec rego.Decision) *refusal {
+// In a tunnel, conn is the client's connection, watched so that a client that goes away
+// while held cancels the approval (nothing is sent).
+func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.Conn) *refusal {
 	if p.opts.Approver == nil {
 		return &refusal{status: http.StatusServiceUnavailable, decision: "error", rule: dec.Rule,
 			reason: "this request needs approval (" + dec.Reason + ") but no approver is configured, so it is refused", class: "approval"}
@@ -34,7 +37,9 @@ func (p *Proxy) hold(r *http.Request, st *reqState, t target, dec rego.Decision)
 	held := p.opts.Telemetry.Held(st.ctx)
 	_, done := p.opts.Telemetry.Step(st.ctx, "approval", "", nil)
 	start := time.Now()
-	res, err := p.opts.Approver.Hold(r.Context(), approval.Request{
+	hctx, stop := watchClient(r.Context(), conn)
+	defer stop()
+	res, err := p.opts.Approver.Hold(hctx, approval.Request{
 		SandboxID: st.id.ID,
 		Labels:    st.id.Labels,
 		Method:    r.Method,

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/elazarl/goproxy"
-	"golang.org/x/net/netutil"
 
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/identity"
@@ -171,8 +170,7 @@ func (p *Proxy) serveWith(srv *http.Server, ln net.Listener) error {
 		delete(p.servers, srv)
 		p.mu.Unlock()
 	}()
-	ln = netutil.LimitListener(ln, p.opts.Limits.MaxConnsPerListener)
-	err := srv.Serve(&idleListener{Listener: ln, idle: p.opts.Limits.IdleTimeout})
+	err := srv.Serve(newIdleListener(ln, p.opts.Limits.IdleTimeout, p.opts.Limits.MaxConnsPerListener))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -187,7 +185,7 @@ func (p *Proxy) newServer(li *listenerInfo) *http.Server {
 		MaxHeaderBytes:    p.opts.Limits.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, listenerKey, li)
+			return context.WithValue(context.WithValue(ctx, listenerKey, li), connKey, c)
 		},
 		ConnState: func(c net.Conn, s http.ConnState) {
 			switch s {
