@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -61,6 +62,11 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 		done("")
 	} else {
 		done("approval_" + state)
+	}
+	if errors.Is(err, approval.ErrClosed) {
+		return &refusal{status: http.StatusServiceUnavailable, decision: "error", rule: dec.Rule,
+			reason: "airlock is restarting; approval " + res.ID + " stays pending: retry the same request after it is decided", class: "approval",
+			extra: http.Header{"X-Airlock-Approval-Id": {res.ID}, "Retry-After": {"30"}}}
 	}
 	if err != nil {
 		p.log.Error("approval failed", "sandbox", st.id.ID, "err", err)

@@ -119,6 +119,9 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		o.Labels[k] = v
 	}
 
+	if err := (&sandbox.Native{}).Cleanup(ctx); err != nil {
+		return fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
+	}
 	log := newLogger(cfg, os.Stderr)
 	if cfg.Log.Level == "info" && !cmd.Flags().Changed("config") {
 		// The command's own output matters here; the proxy speaks up for warnings.
