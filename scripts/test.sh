@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# airlock's test command (README, and .ci/run): installs what the tests need on a fresh
+# Debian machine with Go (Debian packages, Go modules), starts what they need (PostgreSQL),
+# and runs every suite: vet and gofmt, unit tests with -race, the e2e suites (sandbox
+# escapes, real clients, Chromium), the real-Vault module, benchmarks once, short fuzzing.
+# Needs root (or sudo) for apt-get and for the sandbox suites.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\n=== %s\n' "$*"; }
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+say "Debian packages"
+pkgs=(ca-certificates curl wget git iproute2 python3 python3-requests nodejs postgresql chromium busybox-static diffutils strace procps util-linux)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+say "Go modules"
+go mod download
+(cd e2e/vault && go mod download)
+
+say "PostgreSQL"
+pgdir=$(mktemp -d /tmp/airlock-pg.XXXXXX)
+# shellcheck disable=SC2064
+trap "bash e2e/postgres.sh stop '$pgdir' || true" EXIT
+eval "$(bash e2e/postgres.sh start "$pgdir")"
+export AIRLOCK_TEST_POSTGRES
+
+say "go vet, gofmt"
+go vet ./...
+(cd e2e/vault && go vet ./...)
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change: $unformatted" >&2
+	exit 1
+fi
+
+say "unit tests (-race)"
+go test -race -count=1 ./...
+
+say "e2e suites (sandbox escapes, real clients through the proxy, approvals end to end)"
+go test -count=1 -tags e2e -timeout 20m ./e2e/...
+
+say "approval page in headless Chromium"
+go test -count=1 -tags browser -run TestBrowser ./approval/
+
+say "real Vault (e2e/vault module)"
+(cd e2e/vault && go test -count=1 -timeout 20m ./...)
+
+say "benchmarks, one iteration each"
+go test -count=1 -run '^$' -bench . -benchtime 1x ./...
+
+say "fuzzing, briefly"
+for t in "FuzzNormalizeHost ./proxy" "FuzzNormalizePath ./proxy"; do
+	set -- $t
+	go test -run '^$' -fuzz "^$1\$" -fuzztime 10s "$2"
+done
+
+say "all suites passed"
