@@ -433,3 +433,25 @@ func TestCurlThroughProxy(t *testing.T) {
 		t.Errorf("curl allowed HTTP: %d", code)
 	}
 }
+
+func TestHTTP2ToUpstreamWhereOffered(t *testing.T) {
+	e := newEnv(t)
+	h2 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "proto=%s", r.Proto)
+	}))
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	defer h2.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(h2.Certificate())
+	e.proxy.opts.UpstreamCAs = pool
+	tr, err := newTransport(e.proxy.guard, e.proxy.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.tr, e.proxy.gp.Tr = tr, tr
+	resp, body := get(t, e.client(nil), "GET", h2.URL+"/allowed", "")
+	if resp.StatusCode != 200 || body != "proto=HTTP/2.0" {
+		t.Errorf("upstream offering h2: %d %q, want 200 proto=HTTP/2.0", resp.StatusCode, body)
+	}
+}
