@@ -1,16 +1,31 @@
 #!/bin/sh
 # Stand-in for an agent: some requests the shipped policy allows, some it denies, and a
-# direct connection that must fail because the network has no route out.
+# direct connection that must fail because the network has no route out. HTTP is spoken
+# with nc (busybox-static's wget crashes in NSS lookups when glibc is static).
+proxy=${HTTP_PROXY#http://}
+proxy=${proxy%/}
+phost=${proxy%:*}
+pport=${proxy##*:}
+
+# req METHOD HOST PATH: prints the proxy's status line.
+req() {
+  printf '%s http://%s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: airlock-sample-agent\r\nConnection: close\r\n\r\n' \
+    "$1" "$2" "$3" "$2" | nc -w 10 "$phost" "$pport" | head -n 1
+}
+
 i=0
 while :; do
   i=$((i + 1))
-  wget -q -T 10 -O /dev/null http://deb.debian.org/debian/dists/stable/Release && echo "allowed: deb.debian.org ok"
-  wget -q -T 10 -O /dev/null http://example.com/ || echo "denied as expected: example.com"
-  wget -q -T 10 -O /dev/null "http://pypi.org/simple/requests/?token=not-logged" || echo "pypi via proxy failed"
+  echo "GET http://deb.debian.org (Debian, allowed by the shipped policy): $(req GET deb.debian.org /debian/dists/stable/Release)"
+  echo "GET http://pypi.org: $(req GET pypi.org '/simple/requests/?token=never-logged')"
+  echo "GET http://example.com (not on any allowlist): $(req GET example.com /)"
+  echo "POST http://paste.example (not on any allowlist): $(req POST paste.example /upload)"
   if [ $((i % 10)) -eq 1 ]; then
-    # No proxy: there is no route, so this must fail.
-    env -u http_proxy -u HTTP_PROXY wget -q -T 5 -O /dev/null http://1.1.1.1/ \
-      && echo "LEAK: direct connection worked" || echo "direct connection blocked as expected"
+    if nc -w 3 1.1.1.1 80 </dev/null >/dev/null 2>&1; then
+      echo "LEAK: a direct connection worked"
+    else
+      echo "direct connection blocked as expected"
+    fi
   fi
   sleep "${AGENT_INTERVAL:-5}"
 done
