@@ -37,11 +37,10 @@ func newPolicyCmd() *cobra.Command {
 			if len(args) == 1 {
 				dir = args[0]
 			}
-			passed, failed, err := rego.RunTests(cmd.Context(), dir, cmd.OutOrStdout(), verbose)
+			_, failed, err := rego.RunTests(cmd.Context(), dir, cmd.OutOrStdout(), verbose)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "PASS: %d/%d\n", passed, passed+failed)
 			if failed > 0 {
 				return fmt.Errorf("%d policy test(s) failed", failed)
 			}
