@@ -48,6 +48,7 @@ type idleConn struct {
 	idle    time.Duration
 	release func()
 	once    sync.Once
+	watch   serverWatch
 
 	mu            sync.Mutex
 	readDeadline  time.Time // set by the HTTP server; zero when none
@@ -71,13 +72,18 @@ func (c *idleConn) Read(b []byte) (int, error) {
 	c.mu.Lock()
 	_ = c.Conn.SetReadDeadline(earliest(c.readDeadline, c.idle))
 	c.mu.Unlock()
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		c.watch.timedOut.Store(true)
+	}
+	return n, err
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	_ = c.Conn.SetWriteDeadline(earliest(c.writeDeadline, c.idle))
 	c.mu.Unlock()
+	c.watch.wrote(b)
 	return c.Conn.Write(b)
 }
 

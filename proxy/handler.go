@@ -37,6 +37,9 @@ type reqState struct {
 }
 
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if ic, ok := r.Context().Value(connKey).(*idleConn); ok {
+		ic.watch.served.Store(true)
+	}
 	id, err := p.identify(r)
 	if err != nil {
 		st := p.begin(r.Context(), r, identity.Identity{ID: "unknown"}, "identity")

@@ -188,6 +188,9 @@ func (p *Proxy) newServer(li *listenerInfo) *http.Server {
 			return context.WithValue(context.WithValue(ctx, listenerKey, li), connKey, c)
 		},
 		ConnState: func(c net.Conn, s http.ConnState) {
+			if ic, ok := c.(*idleConn); ok {
+				p.connState(li, ic, s)
+			}
 			switch s {
 			case http.StateNew:
 				p.opts.Telemetry.ConnectionOpened()
@@ -231,8 +234,11 @@ func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 	}
 	gp.CertStore = nil
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.writeRefusal(w, r, refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol",
-			reason: "this is an HTTP proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port", class: "bad_request"})
+		f := refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol",
+			reason: "this is an HTTP proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port", class: "bad_request"}
+		id, _ := identityFrom(r.Context())
+		p.finishRefusal(r.Context(), p.begin(r.Context(), r, id, "request"), f)
+		p.writeRefusal(w, r, f)
 	})
 	gp.ConnectionErrHandler = p.tunnelDialError
 	gp.OnRequest().HandleConnectFunc(p.handleConnect)
