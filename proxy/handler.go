@@ -191,6 +191,12 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		p.finishRefusal(r.Context(), st, f)
 		return r, f.response(r)
 	}
+	if inTunnel && headerBytes(r) > p.opts.Limits.MaxHeaderBytes {
+		// Requests inside a tunnel are read by goproxy, not by http.Server: its header limit
+		// does not apply there, so it is enforced here.
+		return refuse(refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: "deny", rule: "limits.header",
+			reason: "the request headers exceed the proxy's limit of " + strconv.Itoa(p.opts.Limits.MaxHeaderBytes) + " bytes", class: "limit"})
+	}
 	t, f := p.resolveTarget(r, tun)
 	st.ev.Scheme, st.ev.Host, st.ev.Port, st.ev.Path = t.scheme, t.host, t.port, t.path
 	if r.URL != nil && r.URL.RawQuery != "" {
@@ -308,6 +314,17 @@ func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
 		return bad(err.Error())
 	}
 	return t, nil
+}
+
+// headerBytes is the size of r's request line and headers as a client sent them.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 func hasExplicitPort(hostport string) bool {
