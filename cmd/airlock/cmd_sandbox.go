@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/telemetry"
 )
 
 // systemRoots are where Debian and its relatives keep the system CA bundle.
@@ -163,9 +164,19 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	if err != nil {
 		return fmt.Errorf("create sandbox: %w", err)
 	}
+	spanCtx, span := telemetry.StartSandboxSpan(ctx, s.telemetry.Tracer(), sb.ID(), o.Labels)
+	s.telemetry.Metrics().SandboxStarted(spanCtx)
 	fan.observe(sb.ID(), sb.Observe)
 	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
 	closeErr := sb.Close(context.Background())
+	s.telemetry.Metrics().SandboxEnded(spanCtx)
+	errClass := ""
+	if runErr != nil || closeErr != nil {
+		errClass = "sandbox"
+	} else if res.TimedOut {
+		errClass = "timeout"
+	}
+	telemetry.EndSpan(span, errClass)
 	if sf.report != "" {
 		b, err := json.MarshalIndent(sb.Report(), "", "  ")
 		if err == nil {

@@ -172,7 +172,21 @@ func newAuditCmd() *cobra.Command {
 		},
 	}
 	verify.Flags().StringVar(&pubKey, "public-key", "", "Ed25519 public key file to check checkpoint signatures")
-	cmd.AddCommand(verify)
+	keygen := &cobra.Command{
+		Use:     "keygen PRIVATE PUBLIC",
+		Short:   "Create an Ed25519 key pair for signed audit checkpoints",
+		Long:    "Create an Ed25519 key pair: PRIVATE (mode 0600) goes in audit.signing_key_file, PUBLIC is what `airlock audit verify --public-key` checks against. Existing files are not overwritten.",
+		Example: `  airlock audit keygen /etc/airlock/audit.key /etc/airlock/audit.pub`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := audit.GenerateSigningKey(args[0], args[1]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (private, 0600) and %s (public)\n", args[0], args[1])
+			return nil
+		},
+	}
+	cmd.AddCommand(verify, keygen)
 	return cmd
 }
 

@@ -142,8 +142,18 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 		p, _ := parsePrefix(c)
 		allow = append(allow, p)
 	}
+	var decider proxy.Decider = s.engine
+	if cfg.Audit.DecisionLog != "" {
+		dl, err := audit.OpenDecisionLog(cfg.Audit.DecisionLog, map[string]string{"app": "airlock", "version": version})
+		if err != nil {
+			return nil, fmt.Errorf("audit.decision_log: %w", err)
+		}
+		s.closers = append(s.closers, func(context.Context) error { return dl.Close() })
+		decider = &decisionLogger{Decider: s.engine, log: dl, rev: s.engine.Revision, errs: log}
+	}
+	fan.metrics = s.telemetry.Metrics()
 	opts := proxy.Options{
-		Decider:        s.engine,
+		Decider:        decider,
 		CA:             s.ca,
 		Credentials:    creds,
 		Approver:       s.approvals,
@@ -206,6 +216,7 @@ func (s *stack) close(ctx context.Context) error {
 // the run report's counts).
 type auditFanout struct {
 	sink      proxy.Auditor // may be nil
+	metrics   *telemetry.Metrics
 	mu        sync.RWMutex
 	observers map[string]func(decision, host string)
 }
@@ -234,7 +245,11 @@ func (f *auditFanout) Record(ctx context.Context, ev audit.Event) error {
 	if f.sink == nil {
 		return nil
 	}
-	return f.sink.Record(ctx, ev)
+	err := f.sink.Record(ctx, ev)
+	if err != nil {
+		f.metrics.AuditError(ctx)
+	}
+	return err
 }
 
 // Healthy reports a failing audit sink, so that the proxy refuses traffic (fail closed).
@@ -243,4 +258,24 @@ func (f *auditFanout) Healthy() error {
 		return h.Healthy()
 	}
 	return nil
+}
+
+// decisionLogger also writes every decision in OPA's decision-log format.
+type decisionLogger struct {
+	proxy.Decider
+	log  *audit.DecisionLog
+	rev  func() string
+	errs *slog.Logger
+}
+
+func (d *decisionLogger) Decide(ctx context.Context, in *rego.Input) (rego.Decision, error) {
+	dec, err := d.Decider.Decide(ctx, in)
+	var result any = dec
+	if err != nil {
+		result = map[string]string{"error": "no decision (denied)"}
+	}
+	if lerr := d.log.RecordDecision(ctx, audit.Decision{Input: in, Result: result, Bundles: map[string]string{"airlock": d.rev()}}); lerr != nil {
+		d.errs.Error("decision log write failed", "err", lerr)
+	}
+	return dec, err
 }

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-proxy/airlock/audit"
+)
+
+// TestProxyStackRecordsEveryDecision wires the proxy as `airlock proxy` does, from a config
+// file, and checks a denied and an allowed request end up in a verifiable audit log and in
+// the OPA decision log, and the admin API answers.
+func TestProxyStackRecordsEveryDecision(t *testing.T) {
+	home := t.TempDir()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	upURL, _ := url.Parse(up.URL)
+	policy := filepath.Join(home, "policy")
+	os.MkdirAll(policy, 0o700)
+	os.WriteFile(filepath.Join(policy, "p.rego"), []byte(`package airlock
+default decision := {"action": "deny", "rule": "t.deny", "reason": "no"}
+decision := {"action": "allow", "rule": "t.allow"} if input.request.path == "/ok"
+`), 0o600)
+	cfgPath := filepath.Join(home, "airlock.yaml")
+	os.WriteFile(cfgPath, []byte("home: "+home+"\npolicy: "+policy+"\nallow_private: [127.0.0.0/8]\naudit:\n  decision_log: "+filepath.Join(home, "decisions.jsonl")+"\n"), 0o600)
+	cfg, _, err := loadWithFlags(t, "--config", cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	s, err := build(context.Background(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.proxy.Serve(ln)
+	admin := httptest.NewServer(s.adminHandler())
+	defer admin.Close()
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()})}}
+	for path, want := range map[string]int{"/ok": 200, "/nope": 403} {
+		resp, err := c.Get("http://" + upURL.Host + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: status %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/v1/policy"} {
+		resp, err := http.Get(admin.URL + p)
+		if err != nil || resp.StatusCode != 200 {
+			t.Errorf("admin %s: %v %v", p, resp, err)
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+	}
+	s.proxy.Shutdown(context.Background())
+	if err := s.close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := audit.Verify([]string{filepath.Join(home, "audit.jsonl")}, nil)
+	if err != nil || rep.Events < 2 {
+		t.Errorf("audit log: %d events, %v; want both decisions in an intact chain", rep.Events, err)
+	}
+	b, _ := os.ReadFile(filepath.Join(home, "audit.jsonl"))
+	if !strings.Contains(string(b), `"rule":"t.deny"`) || !strings.Contains(string(b), `"rule":"t.allow"`) {
+		t.Errorf("audit log lacks a decision: %s", b)
+	}
+	d, _ := os.ReadFile(filepath.Join(home, "decisions.jsonl"))
+	if n := strings.Count(string(d), `"decision_id"`); n < 2 {
+		t.Errorf("decision log has %d entries, want 2: %s", n, d)
+	}
+}
