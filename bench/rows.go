@@ -1,0 +1,56 @@
+package bench
+
+// Workload is what the load client asks for.
+type Workload struct {
+	ID     string // http-small, http-64k, https-small
+	Scheme string
+	Path   string
+	Body   int64
+}
+
+// Workloads measured.
+var (
+	HTTPSmall  = Workload{ID: "http-small", Scheme: "http", Path: "/small", Body: SmallBody}
+	HTTPLarge  = Workload{ID: "http-64k", Scheme: "http", Path: "/64k", Body: LargeBody}
+	HTTPSSmall = Workload{ID: "https-small", Scheme: "https", Path: "/small", Body: SmallBody}
+)
+
+// Row is one line of the table: a path (peer) under one workload.
+type Row struct {
+	Peer     string
+	Workload Workload
+	Label    string
+}
+
+// ID names the row for -rows and -profile: peer/workload.
+func (r Row) ID() string { return r.Peer + "/" + r.Workload.ID }
+
+// path is what the row requests: airlock with the shipped policy injects a credential,
+// which the upstream's /cred paths check.
+func (r Row) path() string {
+	if r.Peer == PeerAirlockPolicy {
+		return "/cred" + r.Workload.Path
+	}
+	return r.Workload.Path
+}
+
+// DefaultRows is the table the README shows. Every workload has a goproxy row, its baseline.
+func DefaultRows() []Row {
+	return []Row{
+		{Peer: PeerDirect, Workload: HTTPSmall, Label: "direct (no proxy)"},
+		{Peer: PeerGoproxy, Workload: HTTPSmall, Label: "plain goproxy (baseline)"},
+		{Peer: PeerAirlockAllowAll, Workload: HTTPSmall, Label: "airlock, allow-all policy"},
+		{Peer: PeerAirlockPolicy, Workload: HTTPSmall, Label: "airlock, shipped policy + credential"},
+		{Peer: PeerSmokescreen, Workload: HTTPSmall, Label: "smokescreen v0.1.0"},
+		{Peer: PeerSquid, Workload: HTTPSmall, Label: "squid"},
+
+		{Peer: PeerDirect, Workload: HTTPLarge, Label: "direct (no proxy)"},
+		{Peer: PeerGoproxy, Workload: HTTPLarge, Label: "plain goproxy (baseline)"},
+		{Peer: PeerAirlockPolicy, Workload: HTTPLarge, Label: "airlock, shipped policy + credential"},
+		{Peer: PeerSquid, Workload: HTTPLarge, Label: "squid"},
+
+		{Peer: PeerDirect, Workload: HTTPSSmall, Label: "direct (no proxy)"},
+		{Peer: PeerGoproxy, Workload: HTTPSSmall, Label: "plain goproxy, intercepting (baseline)"},
+		{Peer: PeerAirlockPolicy, Workload: HTTPSSmall, Label: "airlock intercepting, shipped policy + credential"},
+	}
+}

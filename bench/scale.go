@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// ScaleResult compares active-request latency through airlock with and without many idle
+// keep-alive connections held open beside it.
+type ScaleResult struct {
+	Idle                   int
+	RSSBefore, RSSWithIdle int64 // airlock's VmRSS without and with the idle connections
+	PeakRSS                int64 // VmHWM at the end
+	OpenTime               time.Duration
+	Before, With           map[int]Summary // active requests by concurrency
+	ConcurrencyList        []int
+	FDLimit                uint64
+}
+
+// RSSPerConn is the extra resident memory per idle connection.
+func (s *ScaleResult) RSSPerConn() float64 {
+	return float64(s.RSSWithIdle-s.RSSBefore) / float64(s.Idle)
+}
+
+// scale starts a fresh airlock (shipped policy + credential), measures active requests,
+// opens o.Scale idle keep-alive connections through it (each has completed one request),
+// and measures again while they are held.
+func scale(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream) (*ScaleResult, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return nil, err
+	}
+	// Raise the soft limit to the hard one (root here cannot raise the hard limit).
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return nil, fmt.Errorf("raise RLIMIT_NOFILE: %w", err)
+	}
+	if need := uint64(o.Scale) + 512; need > lim.Cur {
+		return nil, fmt.Errorf("scale %d: needs about %d file descriptors, RLIMIT_NOFILE is %d (raise the hard limit with ulimit -Hn as a privileged user)", o.Scale, need, lim.Cur)
+	}
+	row := Row{Peer: PeerAirlockPolicy, Workload: HTTPSmall}
+	env.dir = filepath.Join(dir, "scale-airlock")
+	env.pprof = false
+	fmt.Fprintf(o.Log, "scale: starting airlock\n")
+	p, err := startPeer(ctx, PeerAirlockPolicy, env)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Stop()
+	res := &ScaleResult{Idle: o.Scale, Before: map[int]Summary{}, With: map[int]Summary{}, ConcurrencyList: o.Concurrency, FDLimit: lim.Cur}
+
+	active := func(into map[int]Summary, label string) error {
+		for _, c := range o.Concurrency {
+			rr := &RowResult{Row: row, Samples: map[int][]Sample{}}
+			for range o.Rounds {
+				s, err := measure(ctx, o, row, p, up, c, nil)
+				if err != nil {
+					return fmt.Errorf("scale %s c=%d: %w", label, c, err)
+				}
+				rr.Samples[c] = append(rr.Samples[c], s)
+			}
+			into[c] = rr.Summarize()
+			fmt.Fprintf(o.Log, "scale %-10s c=%-3d %8.0f req/s  p50 %-9s p99 %s\n", label, c, into[c].RPS[c], fmtDur(into[c].P50[c]), fmtDur(into[c].P99[c]))
+		}
+		return nil
+	}
+	if err := active(res.Before, "no idle"); err != nil {
+		return nil, err
+	}
+	settle()
+	if res.RSSBefore, _, err = ProcMem(p.PID()); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Log, "scale: opening %d idle keep-alive connections\n", o.Scale)
+	t0 := time.Now()
+	conns, err := openIdle(ctx, p.Addr, urlFor("http", up.HTTPAddr, row.path()), o.Scale)
+	res.OpenTime = time.Since(t0)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	settle()
+	if res.RSSWithIdle, _, err = ProcMem(p.PID()); err != nil {
+		return nil, err
+	}
+	if err := active(res.With, fmt.Sprintf("%d idle", o.Scale)); err != nil {
+		return nil, err
+	}
+	if _, res.PeakRSS, err = ProcMem(p.PID()); err != nil {
+		return nil, err
+	}
+	// The idle connections must still be open: one that airlock closed would read EOF.
+	var closed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+				closed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if closed.Load() > 0 {
+		return nil, fmt.Errorf("scale: airlock closed %d of %d idle connections during the run", closed.Load(), len(conns))
+	}
+	return res, nil
+}
+
+// settle lets the proxy's heap settle before its RSS is read.
+func settle() { time.Sleep(500 * time.Millisecond) }
+
+// openIdle opens n connections to proxy, sends one request on each and reads its response,
+// and returns them open and idle.
+func openIdle(ctx context.Context, proxy, url string, n int) ([]net.Conn, error) {
+	host := strings.TrimPrefix(url, "http://")
+	host, _, _ = strings.Cut(host, "/")
+	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: airlock-bench-idle\r\n\r\n", url, host)
+	conns := make([]net.Conn, n)
+	var mu sync.Mutex
+	next := 0
+	g, ctx := errgroup.WithContext(ctx)
+	for range 32 {
+		g.Go(func() error {
+			d := net.Dialer{Timeout: 10 * time.Second}
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= n || ctx.Err() != nil {
+					return ctx.Err()
+				}
+				c, err := d.DialContext(ctx, "tcp", proxy)
+				if err != nil {
+					return fmt.Errorf("idle connection %d: %w", i, err)
+				}
+				conns[i] = c
+				if _, err := io.WriteString(c, req); err != nil {
+					return fmt.Errorf("idle connection %d: %w", i, err)
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					return fmt.Errorf("idle connection %d: %w", i, err)
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK || resp.Close {
+					return fmt.Errorf("idle connection %d: status %s, close %v, %v", i, resp.Status, resp.Close, err)
+				}
+			}
+		})
+	}
+	err := g.Wait()
+	var out []net.Conn
+	for _, c := range conns {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out, err
+}
+
+func (s *ScaleResult) writeMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, "\n### %d idle keep-alive connections through airlock\n\n", s.Idle)
+	fmt.Fprintf(b, "airlock (shipped policy + credential) RSS %.0f MiB before, %.0f MiB with %d idle connections open "+
+		"(%.1f KiB per connection; peak %.0f MiB; opened in %s; RLIMIT_NOFILE %d).\n\n",
+		float64(s.RSSBefore)/(1<<20), float64(s.RSSWithIdle)/(1<<20), s.Idle, s.RSSPerConn()/1024,
+		float64(s.PeakRSS)/(1<<20), s.OpenTime.Round(time.Millisecond), s.FDLimit)
+	b.WriteString("| active requests | req/s without → with | p50 without → with | p99 without → with |\n|---|--:|--:|--:|\n")
+	for _, c := range s.ConcurrencyList {
+		x, y := s.Before[c], s.With[c]
+		r := func(a, b float64) string {
+			if a == 0 {
+				return ""
+			}
+			return fmt.Sprintf(" (%.2f×)", b/a)
+		}
+		fmt.Fprintf(b, "| c=%d | %s → %s%s | %s → %s%s | %s → %s%s |\n", c,
+			fmtRate(x.RPS[c]), fmtRate(y.RPS[c]), r(x.RPS[c], y.RPS[c]),
+			fmtDur(x.P50[c]), fmtDur(y.P50[c]), r(float64(x.P50[c]), float64(y.P50[c])),
+			fmtDur(x.P99[c]), fmtDur(y.P99[c]), r(float64(x.P99[c]), float64(y.P99[c])))
+	}
+}
