@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +33,7 @@ func credentials() map[string]secrets.CredentialConfig {
 		"child":     {Vault: &secrets.VaultSource{Path: "auth/token/create", Method: "POST", Params: map[string]any{"ttl": "1h", "policies": []any{"reader"}}}, Inject: secrets.Inject{Header: "X-Vault-Token", Value: "{{ .auth.client_token }}"}},
 		"oidc":      {Vault: &secrets.VaultSource{Path: "identity/oidc/token/internal"}, Inject: hdr("Bearer {{ .data.token }}")},
 		"query":     {Vault: &secrets.VaultSource{Path: "kv2/data/openai"}, Inject: secrets.Inject{Query: "api_key", Value: "{{ .data.data.key }}"}},
-		"forbidden": {Vault: &secrets.VaultSource{Path: "kv2/data/forbidden"}, Inject: hdr("Bearer {{ .data.data.key }}")},
+		"forbidden": {Vault: &secrets.VaultSource{Path: "secret/forbidden"}, Inject: hdr("Bearer {{ .data.key }}")},
 	}
 }
 
@@ -269,5 +271,51 @@ func TestRevokeSandbox(t *testing.T) {
 	}
 	if _, err := v.root.Sys().Lookup(lease2); err == nil {
 		t.Errorf("lease of sbx-2: still in Vault after Close")
+	}
+}
+
+// TestScrubEcho sends real requests with real credentials to an upstream that echoes the
+// request back, and checks that the scrubbed response holds none of the values.
+func TestScrubEcho(t *testing.T) {
+	v := startVault(t)
+	b, _ := newBroker(t, v, brokerOpts{})
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo-Auth", r.Header.Get("Authorization"))
+		_ = r.Write(w)
+	}))
+	t.Cleanup(echo.Close)
+	basic := base64.StdEncoding.EncodeToString([]byte("app:" + dbPassword))
+	for _, name := range []string{"openai", "query", "db"} {
+		t.Run(name, func(t *testing.T) {
+			out, err := http.NewRequest(http.MethodGet, echo.URL+"/echo?q=1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := b.Attach(context.Background(), secrets.AttachRequest{SandboxID: "sbx-1", Names: []string{name}, Out: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			s.ScrubResponse(resp)
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hdr strings.Builder
+			_ = resp.Header.Write(&hdr)
+			seen := hdr.String() + string(body)
+			for _, bad := range []string{openaiKey, dbPassword, basic} {
+				if strings.Contains(seen, bad) {
+					t.Errorf("response contains a credential value: %q", seen)
+				}
+			}
+			if !strings.Contains(seen, secrets.Redaction) {
+				t.Errorf("response: got %q, want the echoed value redacted", seen)
+			}
+		})
 	}
 }

@@ -71,7 +71,7 @@ path "identity/oidc/token/internal" { capabilities = ["read"] }
 `))
 	must(t, sys.PutPolicy("reader", `path "kv2/data/openai" { capabilities = ["read"] }`))
 	v.write(t, "kv2/data/openai", map[string]any{"data": map[string]any{"key": "sk-canary-openai-0123456789"}})
-	v.write(t, "kv2/data/forbidden", map[string]any{"data": map[string]any{"key": "sk-not-for-airlock"}})
+	v.write(t, "secret/forbidden", map[string]any{"key": "sk-not-for-airlock"})
 	v.write(t, "leased/db", map[string]any{"password": "db-canary-password-42", "ttl": "1h"})
 	v.write(t, "auth/approle/role/airlock", map[string]any{"token_policies": []string{"airlock"}, "token_ttl": "1h"})
 	v.write(t, "identity/oidc/key/airlock", map[string]any{"allowed_client_ids": "*", "verification_ttl": "1h", "rotation_period": "1h"})
