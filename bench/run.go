@@ -165,6 +165,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		procs[row.ID()] = p
 	}
 
+	runs := 0
+	for _, rr := range rep.Rows {
+		if rr.Skipped == "" {
+			runs += len(o.Concurrency) * o.Rounds
+		}
+	}
+	fmt.Fprintf(o.Log, "measuring: %d runs of %s + %s warm-up, about %s\n", runs, o.Duration, o.Warmup,
+		(time.Duration(runs) * (o.Duration + o.Warmup + 50*time.Millisecond)).Round(time.Second))
 	for round := range o.Rounds {
 		order := rep.Rows
 		if round%2 == 1 { // alternate the order so that no row always runs first or last

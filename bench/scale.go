@@ -17,26 +17,31 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// ScaleResult compares active-request latency through airlock with and without many idle
-// keep-alive connections held open beside it.
+// ScaleResult compares active-request latency with and without many idle keep-alive
+// connections held open beside it, through airlock and, for reference, plain goproxy.
 type ScaleResult struct {
-	Idle                   int
-	RSSBefore, RSSWithIdle int64 // airlock's VmRSS without and with the idle connections
+	Idle            int
+	FDLimit         uint64
+	ConcurrencyList []int
+	Peers           []*ScalePeer
+}
+
+// ScalePeer is one proxy's scale run.
+type ScalePeer struct {
+	Label                  string
+	RSSBefore, RSSWithIdle int64 // VmRSS without and with the idle connections
 	PeakRSS                int64 // VmHWM at the end
 	OpenTime               time.Duration
 	Before, With           map[int]Summary // active requests by concurrency
-	ConcurrencyList        []int
-	FDLimit                uint64
 }
 
 // RSSPerConn is the extra resident memory per idle connection.
-func (s *ScaleResult) RSSPerConn() float64 {
-	return float64(s.RSSWithIdle-s.RSSBefore) / float64(s.Idle)
+func (s *ScalePeer) RSSPerConn(idle int) float64 {
+	return float64(s.RSSWithIdle-s.RSSBefore) / float64(idle)
 }
 
-// scale starts a fresh airlock (shipped policy + credential), measures active requests,
-// opens o.Scale idle keep-alive connections through it (each has completed one request),
-// and measures again while they are held.
+// scale runs the idle-connection test against a fresh plain goproxy and a fresh airlock
+// (shipped policy + credential), one after the other.
 func scale(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream) (*ScaleResult, error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
@@ -50,16 +55,33 @@ func scale(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream
 	if need := uint64(o.Scale) + 512; need > lim.Cur {
 		return nil, fmt.Errorf("scale %d: needs about %d file descriptors, RLIMIT_NOFILE is %d (raise the hard limit with ulimit -Hn as a privileged user)", o.Scale, need, lim.Cur)
 	}
-	row := Row{Peer: PeerAirlockPolicy, Workload: HTTPSmall}
-	env.dir = filepath.Join(dir, "scale-airlock")
+	res := &ScaleResult{Idle: o.Scale, FDLimit: lim.Cur, ConcurrencyList: o.Concurrency}
+	for _, row := range []Row{
+		{Peer: PeerGoproxy, Workload: HTTPSmall, Label: "plain goproxy (baseline)"},
+		{Peer: PeerAirlockPolicy, Workload: HTTPSmall, Label: "airlock, shipped policy + credential"},
+	} {
+		sp, err := scaleOne(ctx, o, env, filepath.Join(dir, "scale-"+row.Peer), up, row)
+		if err != nil {
+			return nil, err
+		}
+		res.Peers = append(res.Peers, sp)
+	}
+	return res, nil
+}
+
+// scaleOne starts row's proxy, measures active requests, opens o.Scale idle keep-alive
+// connections through it (each has completed one request), and measures again while they
+// are held.
+func scaleOne(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream, row Row) (*ScalePeer, error) {
+	env.dir = dir
 	env.pprof = false
-	fmt.Fprintf(o.Log, "scale: starting airlock\n")
-	p, err := startPeer(ctx, PeerAirlockPolicy, env)
+	fmt.Fprintf(o.Log, "scale: starting %s\n", row.Peer)
+	p, err := startPeer(ctx, row.Peer, env)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Stop()
-	res := &ScaleResult{Idle: o.Scale, Before: map[int]Summary{}, With: map[int]Summary{}, ConcurrencyList: o.Concurrency, FDLimit: lim.Cur}
+	res := &ScalePeer{Label: row.Label, Before: map[int]Summary{}, With: map[int]Summary{}}
 
 	active := func(into map[int]Summary, label string) error {
 		for _, c := range o.Concurrency {
@@ -67,12 +89,12 @@ func scale(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream
 			for range o.Rounds {
 				s, err := measure(ctx, o, row, p, up, c, nil)
 				if err != nil {
-					return fmt.Errorf("scale %s c=%d: %w", label, c, err)
+					return fmt.Errorf("scale %s %s c=%d: %w", row.Peer, label, c, err)
 				}
 				rr.Samples[c] = append(rr.Samples[c], s)
 			}
 			into[c] = rr.Summarize()
-			fmt.Fprintf(o.Log, "scale %-10s c=%-3d %8.0f req/s  p50 %-9s p99 %s\n", label, c, into[c].RPS[c], fmtDur(into[c].P50[c]), fmtDur(into[c].P99[c]))
+			fmt.Fprintf(o.Log, "scale %-14s %-10s c=%-3d %8.0f req/s  p50 %-9s p99 %s\n", row.Peer, label, c, into[c].RPS[c], fmtDur(into[c].P50[c]), fmtDur(into[c].P99[c]))
 		}
 		return nil
 	}
@@ -83,7 +105,7 @@ func scale(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream
 	if res.RSSBefore, _, err = ProcMem(p.PID()); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(o.Log, "scale: opening %d idle keep-alive connections\n", o.Scale)
+	fmt.Fprintf(o.Log, "scale: opening %d idle keep-alive connections through %s\n", o.Scale, row.Peer)
 	t0 := time.Now()
 	conns, err := openIdle(ctx, p.Addr, urlFor("http", up.HTTPAddr, row.path()), o.Scale)
 	res.OpenTime = time.Since(t0)
@@ -105,7 +127,7 @@ func scale(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream
 	if _, res.PeakRSS, err = ProcMem(p.PID()); err != nil {
 		return nil, err
 	}
-	// The idle connections must still be open: one that airlock closed would read EOF.
+	// The idle connections must still be open: one that the proxy closed reads EOF.
 	var closed atomic.Int64
 	var wg sync.WaitGroup
 	for _, c := range conns {
@@ -120,7 +142,7 @@ func scale(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream
 	}
 	wg.Wait()
 	if closed.Load() > 0 {
-		return nil, fmt.Errorf("scale: airlock closed %d of %d idle connections during the run", closed.Load(), len(conns))
+		return nil, fmt.Errorf("scale: %s closed %d of %d idle connections during the run", row.Peer, closed.Load(), len(conns))
 	}
 	return res, nil
 }
@@ -154,17 +176,8 @@ func openIdle(ctx context.Context, proxy, url string, n int) ([]net.Conn, error)
 					return fmt.Errorf("idle connection %d: %w", i, err)
 				}
 				conns[i] = c
-				if _, err := io.WriteString(c, req); err != nil {
+				if err := idleRequest(c, req); err != nil {
 					return fmt.Errorf("idle connection %d: %w", i, err)
-				}
-				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-				if err != nil {
-					return fmt.Errorf("idle connection %d: %w", i, err)
-				}
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != http.StatusOK || resp.Close {
-					return fmt.Errorf("idle connection %d: status %s, close %v, %v", i, resp.Status, resp.Close, err)
 				}
 			}
 		})
@@ -179,24 +192,58 @@ func openIdle(ctx context.Context, proxy, url string, n int) ([]net.Conn, error)
 	return out, err
 }
 
-func (s *ScaleResult) writeMarkdown(b *strings.Builder) {
-	fmt.Fprintf(b, "\n### %d idle keep-alive connections through airlock\n\n", s.Idle)
-	fmt.Fprintf(b, "airlock (shipped policy + credential) RSS %.0f MiB before, %.0f MiB with %d idle connections open "+
-		"(%.1f KiB per connection; peak %.0f MiB; opened in %s; RLIMIT_NOFILE %d).\n\n",
-		float64(s.RSSBefore)/(1<<20), float64(s.RSSWithIdle)/(1<<20), s.Idle, s.RSSPerConn()/1024,
-		float64(s.PeakRSS)/(1<<20), s.OpenTime.Round(time.Millisecond), s.FDLimit)
-	b.WriteString("| active requests | req/s without → with | p50 without → with | p99 without → with |\n|---|--:|--:|--:|\n")
-	for _, c := range s.ConcurrencyList {
-		x, y := s.Before[c], s.With[c]
-		r := func(a, b float64) string {
-			if a == 0 {
-				return ""
-			}
-			return fmt.Sprintf(" (%.2f×)", b/a)
+// idleRequest sends one request on c and reads its response. A 503 that keeps the connection
+// (airlock refusing under CPU starvation, e.g. a policy timeout) is retried a few times.
+func idleRequest(c net.Conn, req string) error {
+	br := bufio.NewReader(c)
+	for attempt := 1; ; attempt++ {
+		if _, err := io.WriteString(c, req); err != nil {
+			return err
 		}
-		fmt.Fprintf(b, "| c=%d | %s → %s%s | %s → %s%s | %s → %s%s |\n", c,
-			fmtRate(x.RPS[c]), fmtRate(y.RPS[c]), r(x.RPS[c], y.RPS[c]),
-			fmtDur(x.P50[c]), fmtDur(y.P50[c]), r(float64(x.P50[c]), float64(y.P50[c])),
-			fmtDur(x.P99[c]), fmtDur(y.P99[c]), r(float64(x.P99[c]), float64(y.P99[c])))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			return err
+		case resp.Close:
+			return fmt.Errorf("status %s, and the proxy closes the connection", resp.Status)
+		case resp.StatusCode == http.StatusOK:
+			return nil
+		case resp.StatusCode != http.StatusServiceUnavailable || attempt == 5:
+			return fmt.Errorf("status %s after %d attempts", resp.Status, attempt)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *ScaleResult) writeMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, "\n### %d idle keep-alive connections\n\n", s.Idle)
+	fmt.Fprintf(b, "Each idle connection completed one request and stays open; a second client measures active requests "+
+		"beside them (RLIMIT_NOFILE %d).\n\n", s.FDLimit)
+	b.WriteString("| proxy | RSS without → with idle | RSS per idle connection | peak RSS | opened in |\n|---|--:|--:|--:|--:|\n")
+	for _, p := range s.Peers {
+		fmt.Fprintf(b, "| %s | %.0f → %.0f MiB | %.1f KiB | %.0f MiB | %s |\n", p.Label,
+			float64(p.RSSBefore)/(1<<20), float64(p.RSSWithIdle)/(1<<20), p.RSSPerConn(s.Idle)/1024,
+			float64(p.PeakRSS)/(1<<20), p.OpenTime.Round(time.Millisecond))
+	}
+	b.WriteString("\n| proxy | active requests | req/s without → with | p50 without → with | p99 without → with |\n|---|---|--:|--:|--:|\n")
+	r := func(a, b float64) string {
+		if a == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" (%.2f×)", b/a)
+	}
+	for _, p := range s.Peers {
+		for _, c := range s.ConcurrencyList {
+			x, y := p.Before[c], p.With[c]
+			fmt.Fprintf(b, "| %s | c=%d | %s → %s%s | %s → %s%s | %s → %s%s |\n", p.Label, c,
+				fmtRate(x.RPS[c]), fmtRate(y.RPS[c]), r(x.RPS[c], y.RPS[c]),
+				fmtDur(x.P50[c]), fmtDur(y.P50[c]), r(float64(x.P50[c]), float64(y.P50[c])),
+				fmtDur(x.P99[c]), fmtDur(y.P99[c]), r(float64(x.P99[c]), float64(y.P99[c])))
+		}
 	}
 }
