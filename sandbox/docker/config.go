@@ -1,0 +1,134 @@
+package docker
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+// dockerSocket is never bound into a sandbox, on its own or inside a bound directory.
+var dockerSockets = []string{"/var/run/docker.sock", "/run/docker.sock"}
+
+// spec is what a sandbox container is created with.
+type spec struct {
+	Name    string
+	Config  *container.Config
+	Host    *container.HostConfig
+	Network string // network to create for ModeInternal; "" for none
+}
+
+// containerSpec turns validated sandbox options into the container's configuration.
+// caFile is the host file holding o.CABundle ("" when there is none); network is the
+// sandbox's internal network ("" means --network none).
+func (b *Backend) containerSpec(o sandbox.Options, caFile, network string) (spec, error) {
+	if o.WorkspaceMode == sandbox.WorkspaceCoW && o.Workspace != "" {
+		return spec{}, fmt.Errorf("workspace mode cow: not supported by the docker backend (use rw or ro)")
+	}
+	labels := map[string]string{Label: o.ID}
+	init := true
+	pids := o.Pids
+	tmp := "rw,nosuid,nodev,size=" + strconv.FormatInt(o.TmpSize, 10)
+	cfg := &container.Config{
+		Image:      b.opts.Image,
+		User:       b.opts.User,
+		Cmd:        b.opts.Idle,
+		Entrypoint: []string{},
+		Env:        []string{"PATH=" + sandbox.DefaultPath, "HOME=" + sandbox.HomeDir},
+		WorkingDir: sandbox.HomeDir,
+		Labels:     labels,
+		Hostname:   "sandbox",
+	}
+	host := &container.HostConfig{
+		NetworkMode:    container.NetworkMode("none"),
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Init:           &init,
+		IpcMode:        container.IPCModePrivate,
+		Runtime:        b.opts.Runtime,
+		LogConfig:      container.LogConfig{Type: "none"},
+		Tmpfs: map[string]string{
+			"/tmp":          tmp,
+			sandbox.HomeDir: tmp + ",uid=" + uidOf(b.opts.User) + ",gid=" + gidOf(b.opts.User),
+		},
+		Resources: container.Resources{
+			Memory:    o.Memory,
+			PidsLimit: &pids,
+			NanoCPUs:  int64(o.CPUs * 1e9),
+		},
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+	if o.Memory > 0 {
+		host.MemorySwap = o.Memory // no swap beyond the memory limit
+	}
+	if network != "" {
+		host.NetworkMode = container.NetworkMode(network)
+	}
+	if o.Workspace != "" {
+		if err := checkBind(o.Workspace); err != nil {
+			return spec{}, err
+		}
+		host.Mounts = append(host.Mounts, mount.Mount{
+			Type: mount.TypeBind, Source: o.Workspace, Target: sandbox.WorkspaceDir,
+			ReadOnly: o.WorkspaceMode == sandbox.WorkspaceRO,
+		})
+		cfg.WorkingDir = sandbox.WorkspaceDir
+	}
+	for _, p := range o.ReadOnlyPaths {
+		if err := checkBind(p); err != nil {
+			return spec{}, err
+		}
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: p, Target: p, ReadOnly: true})
+	}
+	if caFile != "" {
+		host.Mounts = append(host.Mounts, mount.Mount{
+			Type: mount.TypeBind, Source: caFile, Target: sandbox.CABundlePath, ReadOnly: true,
+		})
+	}
+	return spec{Name: containerName(o.ID), Config: cfg, Host: host, Network: network}, nil
+}
+
+// checkBind refuses a bind of a Docker socket or of a directory holding one: a sandbox that
+// reaches the daemon owns the host.
+func checkBind(p string) error {
+	if !filepath.IsAbs(p) {
+		return fmt.Errorf("bind %q: must be absolute", p)
+	}
+	clean := filepath.Clean(p)
+	for _, s := range dockerSockets {
+		if clean == s || clean == "/" || isUnder(s, clean) {
+			return fmt.Errorf("bind %s: would expose the Docker socket %s", p, s)
+		}
+		if real, err := filepath.EvalSymlinks(clean); err == nil && (real == s || isUnder(s, real)) {
+			return fmt.Errorf("bind %s: would expose the Docker socket %s", p, s)
+		}
+	}
+	return nil
+}
+
+// isUnder reports whether path is inside dir.
+func isUnder(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && rel != ".." && !filepath.IsAbs(rel) && (len(rel) < 3 || rel[:3] != "../")
+}
+
+func uidOf(user string) string {
+	u, _, _ := strings.Cut(user, ":")
+	return u
+}
+
+func gidOf(user string) string {
+	u, g, ok := strings.Cut(user, ":")
+	if !ok {
+		return u
+	}
+	return g
+}
+
+func containerName(id string) string { return "airlock-" + id }

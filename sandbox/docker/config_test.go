@@ -1,0 +1,168 @@
+package docker
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+func testBackend(t *testing.T, o Options) *Backend {
+	t.Helper()
+	if o.Image == "" {
+		o.Image = "img"
+	}
+	if o.Mode == "" {
+		o.Mode, o.Tokens, o.ProxyContainer = ModeInternal, nopTokens{}, "proxy"
+	}
+	b, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+type nopTokens struct{}
+
+func (nopTokens) IssueToken(sandbox.Identity) string { return "t" }
+func (nopTokens) RevokeToken(string)                 {}
+
+// TestSpecBoundary: every container gets the whole boundary, whatever the options.
+func TestSpecBoundary(t *testing.T) {
+	b := testBackend(t, Options{})
+	ws := t.TempDir()
+	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-1", Workspace: ws, WorkspaceMode: sandbox.WorkspaceRO,
+		Memory: 64 << 20, Pids: 77, CPUs: 1.5, TmpSize: 1 << 20}, "/state/ca.pem", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, c := sp.Host, sp.Config
+	checks := []struct {
+		name string
+		ok   bool
+	}{
+		{"cap-drop ALL", slices.Equal(h.CapDrop, []string{"ALL"}) && len(h.CapAdd) == 0},
+		{"no-new-privileges", slices.Contains(h.SecurityOpt, "no-new-privileges")},
+		{"read-only rootfs", h.ReadonlyRootfs},
+		{"not privileged", !h.Privileged},
+		{"init", h.Init != nil && *h.Init},
+		{"network none", h.NetworkMode == "none"},
+		{"memory", h.Memory == 64<<20 && h.MemorySwap == 64<<20},
+		{"pids", h.PidsLimit != nil && *h.PidsLimit == 77},
+		{"cpus", h.NanoCPUs == 1_500_000_000},
+		{"tmp sized", strings.Contains(h.Tmpfs["/tmp"], "size=1048576")},
+		{"home sized and owned", strings.Contains(h.Tmpfs[sandbox.HomeDir], "size=1048576") && strings.Contains(h.Tmpfs[sandbox.HomeDir], "uid=1000")},
+		{"non-root user", c.User == DefaultUser},
+		{"label", c.Labels[Label] == "sbx-1"},
+		{"name", sp.Name == "airlock-sbx-1"},
+		{"workdir", c.WorkingDir == sandbox.WorkspaceDir},
+	}
+	for _, ck := range checks {
+		if !ck.ok {
+			t.Errorf("%s: not set (host config %+v)", ck.name, h)
+		}
+	}
+	wantMounts := []mount.Mount{
+		{Type: mount.TypeBind, Source: ws, Target: sandbox.WorkspaceDir, ReadOnly: true},
+		{Type: mount.TypeBind, Source: "/state/ca.pem", Target: sandbox.CABundlePath, ReadOnly: true},
+	}
+	if !slices.Equal(h.Mounts, wantMounts) {
+		t.Errorf("mounts %+v, want %+v", h.Mounts, wantMounts)
+	}
+	for _, m := range h.Mounts {
+		if strings.Contains(m.Source, "docker.sock") {
+			t.Errorf("docker socket mounted: %+v", m)
+		}
+	}
+}
+
+func TestSpecInternalNetworkAndRW(t *testing.T) {
+	b := testBackend(t, Options{User: "2000:3000", Runtime: "runsc"})
+	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-2", Workspace: t.TempDir(), WorkspaceMode: sandbox.WorkspaceRW, Pids: 5, TmpSize: 10}, "", "airlock-sbx-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(sp.Host.NetworkMode); got != "airlock-sbx-2" {
+		t.Errorf("network mode %q, want airlock-sbx-2", got)
+	}
+	if len(sp.Host.Mounts) != 1 || sp.Host.Mounts[0].ReadOnly {
+		t.Errorf("mounts %+v, want one read-write workspace", sp.Host.Mounts)
+	}
+	if sp.Config.User != "2000:3000" || !strings.Contains(sp.Host.Tmpfs[sandbox.HomeDir], "uid=2000,gid=3000") {
+		t.Errorf("user %q home %q, want 2000:3000", sp.Config.User, sp.Host.Tmpfs[sandbox.HomeDir])
+	}
+	if sp.Host.Runtime != "runsc" {
+		t.Errorf("runtime %q, want runsc", sp.Host.Runtime)
+	}
+	if sp.Host.Memory != 0 || sp.Host.MemorySwap != 0 {
+		t.Errorf("memory %d swap %d, want unlimited", sp.Host.Memory, sp.Host.MemorySwap)
+	}
+}
+
+func TestSpecRefuses(t *testing.T) {
+	b := testBackend(t, Options{})
+	tests := []struct {
+		name string
+		o    sandbox.Options
+		want string
+	}{
+		{"cow workspace", sandbox.Options{ID: "x", Workspace: "/tmp", WorkspaceMode: sandbox.WorkspaceCoW}, "cow"},
+		{"docker socket", sandbox.Options{ID: "x", ReadOnlyPaths: []string{"/var/run/docker.sock"}}, "Docker socket"},
+		{"directory of the docker socket", sandbox.Options{ID: "x", ReadOnlyPaths: []string{"/run"}}, "Docker socket"},
+		{"root", sandbox.Options{ID: "x", Workspace: "/"}, "Docker socket"},
+		{"relative", sandbox.Options{ID: "x", ReadOnlyPaths: []string{"usr"}}, "absolute"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := b.containerSpec(tt.o, "", "")
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	tests := []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"no image", Options{}, "image is required"},
+		{"root user", Options{Image: "i", User: "0:0"}, "must not be root"},
+		{"root uid", Options{Image: "i", User: "0"}, "must not be root"},
+		{"root group", Options{Image: "i", User: "1000:0"}, "must not be root"},
+		{"named user", Options{Image: "i", User: "sandbox"}, "numeric"},
+		{"internal without tokens", Options{Image: "i", Mode: ModeInternal, ProxyContainer: "p"}, "token issuer"},
+		{"internal without proxy container", Options{Image: "i", Mode: ModeInternal, Tokens: nopTokens{}}, "proxy's container"},
+		{"unknown mode", Options{Image: "i", Mode: "bridge"}, "want netns or internal"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := New(tt.o)
+			if err == nil {
+				b.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New: %v, want an error mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestProxyEnvCarriesCredential(t *testing.T) {
+	env := proxyEnv("sbx-9", "tok", "172.30.0.2:3128")
+	for _, kv := range env {
+		if !strings.HasSuffix(kv, "=http://sbx-9:tok@172.30.0.2:3128") {
+			t.Errorf("%s: want http://sbx-9:tok@172.30.0.2:3128", kv)
+		}
+	}
+	got := mergeEnv([]string{"A=1", "HTTP_PROXY=http://127.0.0.1:3128"}, env)
+	if !slices.Contains(got, "A=1") || slices.Contains(got, "HTTP_PROXY=http://127.0.0.1:3128") || len(got) != 5 {
+		t.Errorf("merged %v: want A=1 kept and the proxy variables replaced", got)
+	}
+}

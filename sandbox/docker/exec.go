@@ -1,0 +1,236 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+var errClosed = errors.New("sandbox is closed")
+
+// Run execs cmd (environment already built) in the container and waits for it. On timeout
+// or cancellation the command's process tree is killed (with a local daemon, through
+// /proc; otherwise the whole container is killed and the sandbox is unusable after).
+func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error) {
+	in.mu.Lock()
+	closed, dead := in.closed, in.dead
+	in.mu.Unlock()
+	if closed {
+		return sandbox.Result{}, errClosed
+	}
+	if dead != nil {
+		return sandbox.Result{}, dead
+	}
+	env := cmd.Env
+	if len(in.proxyEnv) > 0 {
+		env = mergeEnv(env, in.proxyEnv)
+	}
+	ex, err := in.b.cli.ContainerExecCreate(ctx, in.id, container.ExecOptions{
+		User: in.b.opts.User, Env: env, WorkingDir: cmd.Dir, Cmd: cmd.Args,
+		AttachStdin: cmd.Stdin != nil, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("run %s: create exec: %w", cmd.Args[0], err)
+	}
+	att, err := in.b.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("run %s: attach exec: %w", cmd.Args[0], err)
+	}
+	defer att.Close()
+	res := sandbox.Result{Start: time.Now()}
+	limit := cmd.OutputLimit
+	if limit <= 0 {
+		limit = sandbox.DefaultOutputLimit
+	}
+	stdout, stderr := &capture{w: cmd.Stdout, limit: limit}, &capture{w: cmd.Stderr, limit: limit}
+	if cmd.Stdin != nil {
+		go func() {
+			_, _ = io.Copy(att.Conn, cmd.Stdin)
+			_ = att.CloseWrite()
+		}()
+	}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		copied <- err
+	}()
+	var timeout <-chan time.Time
+	if cmd.Timeout > 0 {
+		t := time.NewTimer(cmd.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var runErr error
+	killed := false
+	select {
+	case <-copied:
+	case <-timeout:
+		res.TimedOut = true
+		killed = true
+	case <-ctx.Done():
+		runErr = ctx.Err()
+		killed = true
+	}
+	if killed {
+		if err := in.killExec(ex.ID); err != nil {
+			runErr = errors.Join(runErr, err)
+		}
+		att.Close()
+		<-copied
+	}
+	res.End = time.Now()
+	res.Stdout, res.Stderr = stdout.buf, stderr.buf
+	res.Truncated = stdout.dropped || stderr.dropped
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	info, err := in.waitExec(ictx, ex.ID)
+	if err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("inspect exec: %w", err))
+	}
+	res.ExitCode = info.ExitCode
+	if killed {
+		res.Signal = "SIGKILL"
+		res.ExitCode = 128 + int(syscall.SIGKILL)
+	}
+	if res.TimedOut {
+		res.ExitCode = sandbox.ExitTimeout
+	}
+	if runErr != nil {
+		return res, fmt.Errorf("run %s: %w", cmd.Args[0], runErr)
+	}
+	return res, nil
+}
+
+// waitExec inspects the exec until it is no longer running: its output can end just
+// before its status is recorded.
+func (in *instance) waitExec(ctx context.Context, id string) (container.ExecInspect, error) {
+	for {
+		info, err := in.b.cli.ContainerExecInspect(ctx, id)
+		if err != nil || !info.Running {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return info, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// killExec kills the exec'd process and its descendants. With a local daemon airlock sees
+// their host pids; otherwise the only kill the Engine API offers is the container's.
+func (in *instance) killExec(execID string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := in.b.cli.ContainerExecInspect(ctx, execID)
+	if err == nil && info.Pid > 0 && in.b.local {
+		for _, pid := range descendants(info.Pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = syscall.Kill(info.Pid, syscall.SIGKILL)
+		return nil
+	}
+	in.mu.Lock()
+	in.dead = errors.New("sandbox was killed: a command outlived its timeout and the daemon cannot kill one command")
+	in.mu.Unlock()
+	if err := in.b.cli.ContainerKill(ctx, in.id, "KILL"); err != nil {
+		return fmt.Errorf("kill container: %w", err)
+	}
+	return nil
+}
+
+// descendants lists the pids whose parent chain reaches pid, from /proc.
+func descendants(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	parent := map[int]int{}
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			parent[p] = pp
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q, depth := parent[p], 0; q > 1 && depth < 256; q, depth = parent[q], depth+1 {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// capture streams to w and keeps the first limit bytes.
+type capture struct {
+	w       io.Writer
+	limit   int
+	buf     []byte
+	dropped bool
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	room := c.limit - len(c.buf)
+	if room >= len(p) {
+		c.buf = append(c.buf, p...)
+	} else {
+		c.buf = append(c.buf, p[:max(room, 0)]...)
+		c.dropped = true
+	}
+	if c.w != nil {
+		if _, err := c.w.Write(p); err != nil {
+			c.w = nil // a failing writer stops streaming, not the command
+		}
+	}
+	return len(p), nil
+}
+
+// mergeEnv returns base with extra's entries, an extra entry replacing one of the same name.
+func mergeEnv(base, extra []string) []string {
+	out := append([]string(nil), base...)
+	for _, kv := range extra {
+		k, _, _ := strings.Cut(kv, "=")
+		replaced := false
+		for i, old := range out {
+			if name, _, _ := strings.Cut(old, "="); name == k {
+				out[i], replaced = kv, true
+				break
+			}
+		}
+		if !replaced {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

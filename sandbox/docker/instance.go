@@ -1,0 +1,181 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+// instance is one sandbox container.
+type instance struct {
+	b         *Backend
+	opts      sandbox.Options
+	id        string // container id
+	pid       int    // host pid of the container's init (ModeNetNS)
+	dir       string // per-sandbox state directory on the host
+	network   string // ModeInternal: the sandbox's network
+	joined    bool   // ModeInternal: the proxy's container was connected to it
+	proxyAddr string // ModeInternal: the proxy's ip:port on that network
+	proxyEnv  []string
+	detach    []func()
+	token     bool // a proxy credential was issued
+
+	mu       sync.Mutex
+	closed   bool
+	closeErr error
+	dead     error // set when the container had to be killed
+}
+
+var _ sandbox.Instance = (*instance)(nil)
+
+// Create starts a sandbox container for validated options.
+func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.Instance, err error) {
+	in := &instance{b: b, opts: o, dir: filepath.Join(b.opts.StateDir, o.ID)}
+	defer func() {
+		if err != nil {
+			_ = in.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := os.MkdirAll(b.opts.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	if err := os.Mkdir(in.dir, 0o711); err != nil {
+		if os.IsExist(err) {
+			return nil, fmt.Errorf("sandbox %s already exists", o.ID)
+		}
+		return nil, fmt.Errorf("create sandbox directory: %w", err)
+	}
+	caFile := ""
+	if len(o.CABundle) > 0 {
+		caFile = filepath.Join(in.dir, "ca-bundle.pem")
+		if err := os.WriteFile(caFile, o.CABundle, 0o644); err != nil {
+			return nil, fmt.Errorf("write CA bundle: %w", err)
+		}
+	}
+	if b.mode == ModeInternal {
+		if err := in.createNetwork(ctx); err != nil {
+			return nil, err
+		}
+	}
+	sp, err := b.containerSpec(o, caFile, in.network)
+	if err != nil {
+		return nil, err
+	}
+	created, err := b.cli.ContainerCreate(ctx, sp.Config, sp.Host, nil, nil, sp.Name)
+	if err != nil {
+		if errdefs.IsConflict(err) {
+			return nil, fmt.Errorf("sandbox %s already exists (container %s)", o.ID, sp.Name)
+		}
+		return nil, fmt.Errorf("create container from %s: %w", b.opts.Image, err)
+	}
+	in.id = created.ID
+	if err := b.cli.ContainerStart(ctx, in.id, container.StartOptions{}); err != nil {
+		return nil, fmt.Errorf("start container: %w", err)
+	}
+	st, err := b.cli.ContainerInspect(ctx, in.id)
+	if err != nil {
+		return nil, fmt.Errorf("inspect container: %w", err)
+	}
+	if st.State == nil || !st.State.Running {
+		return nil, fmt.Errorf("container %s is not running after start (does the image have %q?)", sp.Name, b.opts.Idle[0])
+	}
+	in.pid = st.State.Pid
+	switch {
+	case b.mode == ModeNetNS && o.Proxy != nil:
+		if err := in.attachProxy(); err != nil {
+			return nil, err
+		}
+	case b.mode == ModeInternal:
+		tok := b.opts.Tokens.IssueToken(sandbox.Identity{ID: o.ID, Labels: o.Labels})
+		in.token = true
+		in.proxyEnv = proxyEnv(o.ID, tok, in.proxyAddr)
+	}
+	b.opts.Logger.Debug("sandbox container started", "sandbox", o.ID, "container", in.id[:12], "mode", string(b.mode))
+	return in, nil
+}
+
+// attachProxy opens the proxy's listeners inside the container's network namespace, after
+// making sure the pid is that container's (airlock and the daemon share a pid namespace).
+func (in *instance) attachProxy() error {
+	if in.pid <= 0 {
+		return errors.New("attach proxy: container has no pid")
+	}
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", in.pid))
+	if err != nil {
+		return fmt.Errorf("attach proxy: container process %d: %w", in.pid, err)
+	}
+	if !strings.Contains(string(cg), in.id) {
+		return fmt.Errorf("attach proxy: process %d is not in container %s (is airlock in the daemon's pid namespace?)", in.pid, in.id[:12])
+	}
+	lns, err := sandbox.ListenInNetns(fmt.Sprintf("/proc/%d/ns/net", in.pid))
+	if err != nil {
+		return fmt.Errorf("attach proxy: %w", err)
+	}
+	id := sandbox.Identity{ID: in.opts.ID, Labels: in.opts.Labels}
+	for _, ln := range lns {
+		in.detach = append(in.detach, in.opts.Proxy.Attach(ln, id))
+	}
+	return nil
+}
+
+// proxyEnv points the proxy variables at addr with the sandbox's credential in them.
+func proxyEnv(id, token, addr string) []string {
+	u := (&url.URL{Scheme: "http", User: url.UserPassword(id, token), Host: addr}).String()
+	return []string{"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u}
+}
+
+// Changes is nil: the docker backend has no copy-on-write workspace.
+func (in *instance) Changes() ([]sandbox.Change, error) { return nil, nil }
+
+// Patch is nil: the docker backend has no copy-on-write workspace.
+func (in *instance) Patch() ([]byte, error) { return nil, nil }
+
+// Close revokes the proxy credential, drops the listeners and removes the container, its
+// network and its state directory. It is idempotent.
+func (in *instance) Close(ctx context.Context) error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return in.closeErr
+	}
+	in.closed = true
+	in.mu.Unlock()
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	if in.token {
+		in.b.opts.Tokens.RevokeToken(in.opts.ID)
+	}
+	for _, d := range in.detach {
+		d()
+	}
+	if in.id != "" {
+		err := in.b.cli.ContainerRemove(ctx, in.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove container: %w", err))
+		}
+	}
+	if in.network != "" {
+		errs = append(errs, in.removeNetwork(ctx))
+	}
+	if err := os.RemoveAll(in.dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
+	}
+	err := errors.Join(errs...)
+	in.mu.Lock()
+	in.closeErr = err
+	in.mu.Unlock()
+	return err
+}
+
+// ContainerID is the sandbox's container id ("" before it was created).
+func (in *instance) ContainerID() string { return in.id }

@@ -1,0 +1,63 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/errdefs"
+)
+
+// createNetwork makes the sandbox's own internal network (no route off it, no DNS
+// forwarding by Docker's resolver) and connects the proxy's container to it.
+func (in *instance) createNetwork(ctx context.Context) error {
+	name := containerName(in.opts.ID)
+	internal := true
+	_, err := in.b.cli.NetworkCreate(ctx, name, network.CreateOptions{
+		Driver:   "bridge",
+		Internal: internal,
+		Labels:   map[string]string{Label: in.opts.ID},
+		Options: map[string]string{
+			"com.docker.network.bridge.enable_icc":           "true",
+			"com.docker.network.bridge.enable_ip_masquerade": "false",
+		},
+	})
+	if err != nil {
+		if errdefs.IsConflict(err) {
+			return fmt.Errorf("sandbox %s already exists (network %s)", in.opts.ID, name)
+		}
+		return fmt.Errorf("create network: %w", err)
+	}
+	in.network = name
+	if err := in.b.cli.NetworkConnect(ctx, name, in.b.opts.ProxyContainer, &network.EndpointSettings{}); err != nil {
+		return fmt.Errorf("connect proxy container %s to %s: %w", in.b.opts.ProxyContainer, name, err)
+	}
+	in.joined = true
+	pc, err := in.b.cli.ContainerInspect(ctx, in.b.opts.ProxyContainer)
+	if err != nil {
+		return fmt.Errorf("inspect proxy container: %w", err)
+	}
+	if pc.NetworkSettings == nil || pc.NetworkSettings.Networks[name] == nil || pc.NetworkSettings.Networks[name].IPAddress == "" {
+		return fmt.Errorf("proxy container %s has no address on %s", in.b.opts.ProxyContainer, name)
+	}
+	in.proxyAddr = net.JoinHostPort(pc.NetworkSettings.Networks[name].IPAddress, strconv.Itoa(in.b.opts.ProxyPort))
+	return nil
+}
+
+// removeNetwork disconnects the proxy and removes the sandbox's network.
+func (in *instance) removeNetwork(ctx context.Context) error {
+	var errs []error
+	if in.joined {
+		err := in.b.cli.NetworkDisconnect(ctx, in.network, in.b.opts.ProxyContainer, true)
+		if err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("disconnect proxy container: %w", err))
+		}
+	}
+	if err := in.b.cli.NetworkRemove(ctx, in.network); err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("remove network %s: %w", in.network, err))
+	}
+	return errors.Join(errs...)
+}
