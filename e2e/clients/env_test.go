@@ -1,0 +1,259 @@
+//go:build e2e
+
+// Package clients_test runs the ecosystem's own tools inside a native sandbox through the
+// real airlock proxy: HTTPS is intercepted with airlock's CA, which the tools trust only
+// through the variables the sandbox module sets. Upstreams are local TLS servers with their
+// own CA (a git smart-HTTP server, a Python "simple" index, an npm registry stand-in, a plain
+// HTTPS service) reached by name through a static resolver. Run as root:
+//
+//	go test -tags e2e -count=1 ./e2e/clients/
+package clients_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-proxy/airlock/approval"
+	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/proxy"
+	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	sandbox.Init()
+	os.Exit(m.Run())
+}
+
+// policy: the four test hosts may be reached; on each, reads are allowed (and git's
+// upload-pack POST, which is a read), /denied... and /private... are refused, and a git push
+// (receive-pack POST) is held for approval.
+const policy = `package airlock
+
+default decision := {"action": "deny", "rule": "clients.default", "reason": "not on the clients allowlist"}
+
+hosts := {"upstream.test", "git.test", "pypi.test", "registry.test"}
+
+refused if startswith(input.request.path, "/denied")
+
+refused if startswith(input.request.path, "/private")
+
+decision := {"action": "allow", "rule": "clients.connect"} if {
+	input.phase == "connect"
+	input.request.host in hosts
+}
+
+decision := {"action": "allow", "rule": "clients.read"} if {
+	input.phase == "request"
+	input.request.host in hosts
+	input.request.method in {"GET", "HEAD"}
+	not refused
+}
+
+decision := {"action": "allow", "rule": "clients.git_fetch"} if {
+	input.phase == "request"
+	input.request.host == "git.test"
+	input.request.method == "POST"
+	endswith(input.request.path, "/git-upload-pack")
+	not refused
+}
+
+decision := {"action": "approve", "rule": "clients.git_push", "reason": "a push needs a human"} if {
+	input.phase == "request"
+	input.request.host == "git.test"
+	input.request.method == "POST"
+	endswith(input.request.path, "/git-receive-pack")
+	not refused
+}
+`
+
+type staticResolver []netip.Addr
+
+func (s staticResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return s, nil
+}
+
+type recorder struct {
+	mu sync.Mutex
+	ev []audit.Event
+}
+
+func (r *recorder) Record(_ context.Context, ev audit.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ev = append(r.ev, ev)
+	return nil
+}
+
+func (r *recorder) all() []audit.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]audit.Event(nil), r.ev...)
+}
+
+type env struct {
+	proxy     *proxy.Proxy
+	ca        *ca.CA
+	audit     *recorder
+	approval  *approval.Service
+	port      string // the one HTTPS upstream port, for every test host
+	plainPort string // a plain HTTP upstream (upstream.test only)
+	git       *gitServer
+	sb        *sandbox.Sandbox
+	workspace string
+
+	mu   sync.Mutex
+	hits []string // "host method path" as upstreams received them
+}
+
+func (e *env) hit(r *http.Request) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.hits = append(e.hits, strings.Split(r.Host, ":")[0]+" "+r.Method+" "+r.URL.Path)
+}
+
+func (e *env) reached(substr string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, h := range e.hits {
+		if strings.Contains(h, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *env) url(host, path string) string { return "https://" + host + ":" + e.port + path }
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	e := &env{audit: &recorder{}, workspace: filepath.Join(dir, "workspace")}
+	if err := os.MkdirAll(e.workspace, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(e.workspace, 0o777)
+
+	e.git = newGitServer(t, filepath.Join(dir, "git"))
+	pypi := newPackageIndex(t)
+	npm := newRegistry(t)
+	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.hit(r)
+		switch strings.Split(r.Host, ":")[0] {
+		case "git.test":
+			e.git.ServeHTTP(w, r)
+		case "pypi.test":
+			pypi.ServeHTTP(w, r)
+		case "registry.test":
+			npm.ServeHTTP(w, r)
+		default:
+			fmt.Fprintf(w, "hello %s %s", r.Method, r.URL.Path)
+		}
+	})
+	upCA, err := ca.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewUnstartedServer(mux)
+	up.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return upCA.Leaf(h.ServerName)
+	}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	e.port = u.Port()
+	npm.base = e.url("registry.test", "")
+	plain := httptest.NewServer(mux)
+	t.Cleanup(plain.Close)
+	u, _ = url.Parse(plain.URL)
+	e.plainPort = u.Port()
+
+	pdir := filepath.Join(dir, "policy")
+	os.MkdirAll(pdir, 0o700)
+	if err := os.WriteFile(filepath.Join(pdir, "policy.rego"), []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := rego.New(ctx, rego.Options{Dir: pdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := filepath.Join(dir, "approver.token")
+	os.WriteFile(tok, []byte("clients-approver-token-0123456789"), 0o600)
+	e.approval, err = approval.New(ctx, approval.Options{Config: approval.Config{
+		Store:     approval.DefaultStore(dir),
+		Approvers: []approval.ApproverConfig{{Name: "tester", TokenFile: tok}},
+	}, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.approval.Close() })
+
+	e.ca, err = ca.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(upCA.Certificate())
+	e.proxy, err = proxy.New(proxy.Options{
+		Decider: eng, CA: e.ca, Auditor: e.audit, Approver: e.approval, UpstreamCAs: roots,
+		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Resolver:     staticResolver{netip.MustParseAddr("127.0.0.1")},
+		Limits:       proxy.Limits{MaxBodyBytes: e.approval.MaxBody()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.proxy.Shutdown(context.Background()) })
+
+	sys, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	if err != nil {
+		t.Skip("no system CA bundle")
+	}
+	bundle := append(append(sys, '\n'), e.ca.CertPEM()...)
+	e.sb, err = sandbox.New(ctx, sandbox.Options{ID: "sbx-clients", Labels: map[string]string{"suite": "clients"},
+		Proxy: e.proxy, CABundle: bundle, Workspace: e.workspace, Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.sb.Close(context.Background()) })
+	return e
+}
+
+// run runs a shell script in the sandbox and returns its combined output and exit code.
+func (e *env) run(t *testing.T, script string) (string, int) {
+	t.Helper()
+	res, err := e.sb.Run(context.Background(), sandbox.Command{Args: []string{"sh", "-c", script}, Dir: "/workspace"})
+	if err != nil {
+		t.Fatalf("run %q: %v", script, err)
+	}
+	return string(res.Stdout) + string(res.Stderr), res.ExitCode
+}
+
+func (e *env) pending(t *testing.T) approval.Record {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		recs, err := e.approval.List(context.Background(), approval.ListFilter{State: approval.StatePending})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 1 {
+			return recs[0]
+		}
+	}
+	t.Fatal("no pending approval appeared")
+	return approval.Record{}
+}
