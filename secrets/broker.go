@@ -210,7 +210,7 @@ func (b *Broker) get(ctx context.Context, sandbox string, c *credential) (render
 	}
 	b.mu.Unlock()
 
-	ch := b.sf.DoChan(k.sandbox+"\x00"+k.name, func() (any, error) { return b.fetchAndStore(k, c) })
+	ch := b.sf.DoChan(k.sandbox+"\x00"+k.name, func() (any, error) { return b.fetchAndStore(k, c, false) })
 	var err error
 	select {
 	case res := <-ch:
@@ -241,8 +241,14 @@ func (b *Broker) get(ctx context.Context, sandbox string, c *credential) (render
 }
 
 // fetchAndStore fetches a fresh credential and caches it, retiring the one it replaces.
-func (b *Broker) fetchAndStore(k cacheKey, c *credential) (*entry, error) {
+// Unless force is set, a usable cached credential is returned instead: a caller that missed
+// the cache just before another flight stored it must not cause a second Vault call.
+func (b *Broker) fetchAndStore(k cacheKey, c *credential, force bool) (*entry, error) {
 	b.mu.Lock()
+	if e := b.cache[k]; !force && e != nil && b.o.Now().Before(e.usableUntil) {
+		b.mu.Unlock()
+		return e, nil
+	}
 	startGen := b.revokeGen
 	b.mu.Unlock()
 	e, err := b.fetch(b.ctx, c)

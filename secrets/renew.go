@@ -84,7 +84,7 @@ func (b *Broker) refresh(k cacheKey, c *credential) {
 	if b.renew(k, e) {
 		return
 	}
-	ch := b.sf.DoChan(k.sandbox+"\x00"+k.name, func() (any, error) { return b.fetchAndStore(k, c) })
+	ch := b.sf.DoChan(k.sandbox+"\x00"+k.name, func() (any, error) { return b.fetchAndStore(k, c, true) })
 	select {
 	case res := <-ch:
 		if res.Err != nil {
