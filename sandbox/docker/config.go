@@ -47,7 +47,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network string) (spec
 	host := &container.HostConfig{
 		NetworkMode:    container.NetworkMode("none"),
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + b.seccomp},
 		ReadonlyRootfs: true,
 		Init:           &init,
 		IpcMode:        container.IPCModePrivate,
@@ -69,6 +69,10 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network string) (spec
 	}
 	if network != "" {
 		host.NetworkMode = container.NetworkMode(network)
+	} else {
+		// Docker turns IPv6 off in containers; the proxy's listener needs [::1] on lo as
+		// the native backend has it, so that clients preferring IPv6 find it too.
+		host.Sysctls = map[string]string{"net.ipv6.conf.lo.disable_ipv6": "0"}
 	}
 	if o.Workspace != "" {
 		if err := checkBind(o.Workspace); err != nil {

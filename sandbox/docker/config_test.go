@@ -47,6 +47,7 @@ func TestSpecBoundary(t *testing.T) {
 	}{
 		{"cap-drop ALL", slices.Equal(h.CapDrop, []string{"ALL"}) && len(h.CapAdd) == 0},
 		{"no-new-privileges", slices.Contains(h.SecurityOpt, "no-new-privileges")},
+		{"seccomp profile", len(h.SecurityOpt) == 2 && strings.HasPrefix(h.SecurityOpt[1], "seccomp={")},
 		{"read-only rootfs", h.ReadonlyRootfs},
 		{"not privileged", !h.Privileged},
 		{"init", h.Init != nil && *h.Init},

@@ -93,7 +93,8 @@ type Backend struct {
 	own  bool // cli was created here
 	mode Mode
 	// local: airlock is root beside the daemon and sees container processes in /proc.
-	local bool
+	local   bool
+	seccomp string // the profile's JSON
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -123,6 +124,10 @@ func New(o Options) (*Backend, error) {
 	}
 	o.Logger = o.Logger.With("component", "sandbox.docker")
 	b := &Backend{opts: o, cli: o.Client}
+	var err error
+	if b.seccomp, err = seccompProfile(); err != nil {
+		return nil, err
+	}
 	if b.cli == nil {
 		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 		if err != nil {
