@@ -233,7 +233,9 @@ func run(t testing.TB, s *sandbox.Sandbox, script string) (string, int) {
 	return string(res.Stdout) + string(res.Stderr), res.ExitCode
 }
 
-func probe(args ...string) string { return filepath.Join(probeDir, "probe") + " " + strings.Join(args, " ") }
+func probe(args ...string) string {
+	return filepath.Join(probeDir, "probe") + " " + strings.Join(args, " ")
+}
 
 // leftovers lists containers and networks carrying the backend's label for id.
 func leftovers(t testing.TB, cli *client.Client, id string) []string {
