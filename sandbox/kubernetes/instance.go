@@ -1,0 +1,253 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+// instance is one sandbox pod.
+type instance struct {
+	b     *Backend
+	opts  sandbox.Options
+	name  string
+	token bool
+
+	mu       sync.Mutex
+	closed   bool
+	closeErr error
+}
+
+var _ sandbox.Instance = (*instance)(nil)
+
+// Create makes the sandbox's Secret, NetworkPolicy and Pod and waits for the pod to run.
+func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.Instance, err error) {
+	if err := checkID(o.ID); err != nil {
+		return nil, err
+	}
+	ns := b.opts.Namespace
+	in := &instance{b: b, opts: o, name: objectName(o.ID)}
+	defer func() {
+		if err != nil {
+			_ = in.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	svc, err := b.opts.Client.CoreV1().Services(b.opts.ProxyNamespace).Get(ctx, b.opts.ProxyService, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("proxy service %s/%s: %w", b.opts.ProxyNamespace, b.opts.ProxyService, err)
+	}
+	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil, fmt.Errorf("proxy service %s/%s has no cluster IP", b.opts.ProxyNamespace, b.opts.ProxyService)
+	}
+	tok := b.opts.Tokens.IssueToken(sandbox.Identity{ID: o.ID, Labels: o.Labels})
+	in.token = true
+	objs, err := b.buildObjects(o, svc.Spec.ClusterIP, tok)
+	if err != nil {
+		return nil, err
+	}
+	// The policy first: the pod must never run unconfined, not even for a moment.
+	if _, err := b.opts.Client.NetworkingV1().NetworkPolicies(ns).Create(ctx, objs.NetworkPolicy, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create network policy: %w", err)
+	}
+	if _, err := b.opts.Client.CoreV1().Secrets(ns).Create(ctx, objs.Secret, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create secret: %w", err)
+	}
+	if _, err := b.opts.Client.CoreV1().Pods(ns).Create(ctx, objs.Pod, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create pod: %w", err)
+	}
+	if err := in.waitRunning(ctx); err != nil {
+		return nil, err
+	}
+	b.opts.Logger.Debug("sandbox pod running", "sandbox", o.ID, "namespace", ns)
+	return in, nil
+}
+
+func (in *instance) waitRunning(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, in.b.opts.StartTimeout)
+	defer cancel()
+	var last corev1.PodPhase
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := in.b.opts.Client.CoreV1().Pods(in.b.opts.Namespace).Get(ctx, in.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = p.Status.Phase
+		switch last {
+		case corev1.PodRunning:
+			return true, nil
+		case corev1.PodFailed, corev1.PodSucceeded:
+			return false, fmt.Errorf("pod %s ended (%s) before it ran: %s", in.name, last, p.Status.Message)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for pod %s to run (last phase %q): %w", in.name, last, err)
+	}
+	return nil
+}
+
+// Run execs cmd in the pod. The command gets the built environment except the proxy
+// variables, which the pod has from its Secret.
+func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error) {
+	in.mu.Lock()
+	closed := in.closed
+	in.mu.Unlock()
+	if closed {
+		return sandbox.Result{}, errors.New("sandbox is closed")
+	}
+	if cmd.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cmd.Timeout)
+		defer cancel()
+	}
+	limit := cmd.OutputLimit
+	if limit <= 0 {
+		limit = sandbox.DefaultOutputLimit
+	}
+	stdout, stderr := &capture{w: cmd.Stdout, limit: limit}, &capture{w: cmd.Stderr, limit: limit}
+	res := sandbox.Result{Start: time.Now()}
+	code, err := in.b.opts.Execer.Exec(ctx, Exec{
+		Namespace: in.b.opts.Namespace, Pod: in.name, Container: containerName,
+		Command: execCommand(cmd), Stdin: cmd.Stdin, Stdout: stdout, Stderr: stderr,
+	})
+	res.End = time.Now()
+	res.ExitCode = code
+	res.Stdout, res.Stderr, res.Truncated = stdout.buf, stderr.buf, stdout.dropped || stderr.dropped
+	if err != nil && cmd.Timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		res.TimedOut, res.ExitCode = true, sandbox.ExitTimeout
+		return res, nil
+	}
+	if err != nil {
+		return res, fmt.Errorf("run %s: %w", cmd.Args[0], err)
+	}
+	return res, nil
+}
+
+// proxyVars come from the pod's Secret, never from an exec request.
+var proxyVars = map[string]bool{"HTTP_PROXY": true, "HTTPS_PROXY": true, "http_proxy": true, "https_proxy": true}
+
+// execCommand wraps cmd so that it runs in its directory with its environment.
+func execCommand(cmd sandbox.Command) []string {
+	dir := cmd.Dir
+	if dir == "" {
+		dir = sandbox.HomeDir
+	}
+	out := []string{"/bin/sh", "-c", `cd "$0" && exec env "$@"`, dir}
+	for _, kv := range cmd.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !proxyVars[k] {
+			out = append(out, kv)
+		}
+	}
+	if strings.Contains(cmd.Args[0], "=") {
+		// env would take it for an assignment.
+		out = append(out, "/bin/sh", "-c", `exec "$0" "$@"`)
+	}
+	return append(out, cmd.Args...)
+}
+
+// Logs streams the pod's log (the output of its idle process and of anything the image
+// writes there).
+func (in *instance) Logs(ctx context.Context) (io.ReadCloser, error) {
+	return in.b.opts.Client.CoreV1().Pods(in.b.opts.Namespace).GetLogs(in.name, &corev1.PodLogOptions{Container: containerName}).Stream(ctx)
+}
+
+// Changes is nil: no copy-on-write workspace on Kubernetes.
+func (in *instance) Changes() ([]sandbox.Change, error) { return nil, nil }
+
+// Patch is nil: no copy-on-write workspace on Kubernetes.
+func (in *instance) Patch() ([]byte, error) { return nil, nil }
+
+// Close revokes the credential and deletes the pod, its Secret and its NetworkPolicy (the
+// policy last, so the pod is never unconfined). It is idempotent.
+func (in *instance) Close(ctx context.Context) error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return in.closeErr
+	}
+	in.closed = true
+	in.mu.Unlock()
+	ctx = context.WithoutCancel(ctx)
+	if in.token {
+		in.b.opts.Tokens.RevokeToken(in.opts.ID)
+	}
+	ns, c := in.b.opts.Namespace, in.b.opts.Client
+	grace := int64(0)
+	del := metav1.DeleteOptions{GracePeriodSeconds: &grace}
+	var errs []error
+	for _, kind := range []string{"pod", "secret", "networkpolicy"} {
+		var err error
+		switch kind {
+		case "pod":
+			err = c.CoreV1().Pods(ns).Delete(ctx, in.name, del)
+		case "secret":
+			err = c.CoreV1().Secrets(ns).Delete(ctx, in.name, del)
+		case "networkpolicy":
+			err = c.NetworkingV1().NetworkPolicies(ns).Delete(ctx, in.name, del)
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", kind, ns, in.name, err))
+		}
+		if kind == "pod" && err == nil {
+			errs = append(errs, in.waitGone(ctx))
+		}
+	}
+	err := errors.Join(errs...)
+	in.mu.Lock()
+	in.closeErr = err
+	in.mu.Unlock()
+	return err
+}
+
+// waitGone waits for the pod to be deleted, so that its policy outlives it.
+func (in *instance) waitGone(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, in.b.opts.StartTimeout)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := in.b.opts.Client.CoreV1().Pods(in.b.opts.Namespace).Get(ctx, in.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		return fmt.Errorf("wait for pod %s to go: %w", in.name, err)
+	}
+	return nil
+}
+
+// capture streams to w and keeps the first limit bytes.
+type capture struct {
+	w       io.Writer
+	limit   int
+	buf     []byte
+	dropped bool
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	room := c.limit - len(c.buf)
+	if room >= len(p) {
+		c.buf = append(c.buf, p...)
+	} else {
+		c.buf = append(c.buf, p[:max(room, 0)]...)
+		c.dropped = true
+	}
+	if c.w != nil {
+		if _, err := c.w.Write(p); err != nil {
+			c.w = nil
+		}
+	}
+	return len(p), nil
+}

@@ -1,0 +1,163 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+// fakeCluster is client-go's fake clientset with the proxy Service, where created pods
+// start running (the fake has no kubelet).
+func fakeCluster(t *testing.T) *fake.Clientset {
+	t.Helper()
+	c := fake.NewClientset(&corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "airlock", Namespace: "airlock"},
+		Spec:       corev1.ServiceSpec{ClusterIP: "10.96.0.42"},
+	})
+	c.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).Status.Phase = corev1.PodRunning
+		return false, nil, nil
+	})
+	return c
+}
+
+// objectsLeft lists the sandbox objects in the namespace.
+func objectsLeft(t *testing.T, c *fake.Clientset) []string {
+	t.Helper()
+	ctx := context.Background()
+	var left []string
+	pods, _ := c.CoreV1().Pods(DefaultNamespace).List(ctx, metav1.ListOptions{})
+	for _, p := range pods.Items {
+		left = append(left, "pod/"+p.Name)
+	}
+	secrets, _ := c.CoreV1().Secrets(DefaultNamespace).List(ctx, metav1.ListOptions{})
+	for _, s := range secrets.Items {
+		left = append(left, "secret/"+s.Name)
+	}
+	nps, _ := c.NetworkingV1().NetworkPolicies(DefaultNamespace).List(ctx, metav1.ListOptions{})
+	for _, n := range nps.Items {
+		left = append(left, "networkpolicy/"+n.Name)
+	}
+	slices.Sort(left)
+	return left
+}
+
+// TestLifecycle: a sandbox through sandbox.New creates its three objects with a live
+// credential, runs commands through exec with the built environment minus the proxy
+// variables, and Close deletes everything and revokes the credential.
+func TestLifecycle(t *testing.T) {
+	c := fakeCluster(t)
+	tok := &tokens{}
+	ex := &execRecorder{out: "hi\n", code: 3}
+	b := newTestBackend(t, Options{Client: c, Tokens: tok, Execer: ex})
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-life", Backend: b, Env: []string{"FOO=bar"}, CABundle: []byte("ca")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"networkpolicy/airlock-sbx-life", "pod/airlock-sbx-life", "secret/airlock-sbx-life"}
+	if got := objectsLeft(t, c); !slices.Equal(got, want) {
+		t.Errorf("objects %v, want %v", got, want)
+	}
+	if !tok.live["sbx-life"] {
+		t.Errorf("no live credential for sbx-life")
+	}
+	s, err := c.CoreV1().Secrets(DefaultNamespace).Get(ctx, "airlock-sbx-life", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(s.Data[keyProxyURL]); got != "http://sbx-life:"+testToken+"@10.96.0.42:3128" {
+		t.Errorf("proxy url %q, want the credential and the service's cluster IP", got)
+	}
+	res, err := sb.Run(ctx, sandbox.Command{Args: []string{"echo", "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || string(res.Stdout) != "hi\n" {
+		t.Errorf("exit %d stdout %q, want 3 and %q", res.ExitCode, res.Stdout, "hi\n")
+	}
+	if len(ex.got) != 1 {
+		t.Fatalf("%d execs, want 1", len(ex.got))
+	}
+	x := ex.got[0]
+	if x.Pod != "airlock-sbx-life" || x.Container != "sandbox" || x.Namespace != DefaultNamespace {
+		t.Errorf("exec in %s/%s/%s, want %s/airlock-sbx-life/sandbox", x.Namespace, x.Pod, x.Container, DefaultNamespace)
+	}
+	cmd := strings.Join(x.Command, " ")
+	for _, w := range []string{"FOO=bar", "SSL_CERT_FILE=" + sandbox.CABundlePath, "HOME=" + sandbox.HomeDir, " " + sandbox.HomeDir + " ", "echo hi"} {
+		if !strings.Contains(cmd, w) {
+			t.Errorf("exec command %q lacks %q", cmd, w)
+		}
+	}
+	if strings.Contains(cmd, "HTTP_PROXY=") || strings.Contains(cmd, "HTTPS_PROXY=") || strings.Contains(cmd, "proxy=http") {
+		t.Errorf("exec command %q carries a proxy variable: those come from the Secret only", cmd)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := objectsLeft(t, c); len(got) != 0 {
+		t.Errorf("left behind after Close: %v", got)
+	}
+	if tok.live["sbx-life"] {
+		t.Errorf("credential still live after Close")
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestCreateFailureCleansUp: when the pod cannot be created, the policy and Secret made
+// before it are deleted and the credential revoked.
+func TestCreateFailureCleansUp(t *testing.T) {
+	c := fakeCluster(t)
+	c.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("admission webhook denied the pod")
+	})
+	tok := &tokens{}
+	b := newTestBackend(t, Options{Client: c, Tokens: tok})
+	_, err := sandbox.New(context.Background(), sandbox.Options{ID: "sbx-fail", Backend: b})
+	if err == nil || !strings.Contains(err.Error(), "admission webhook denied") {
+		t.Fatalf("New: %v, want the pod creation error", err)
+	}
+	if got := objectsLeft(t, c); len(got) != 0 {
+		t.Errorf("left behind after a failed Create: %v", got)
+	}
+	if len(tok.live) != 0 {
+		t.Errorf("credentials still live: %v", tok.live)
+	}
+}
+
+func TestProxyServiceMissing(t *testing.T) {
+	b := newTestBackend(t, Options{Client: fake.NewClientset()})
+	_, err := b.Create(context.Background(), sandbox.Options{ID: "sbx-x"})
+	if err == nil || !strings.Contains(err.Error(), "proxy service airlock/airlock") {
+		t.Errorf("Create: %v, want an error naming the proxy service", err)
+	}
+}
+
+func TestExecCommand(t *testing.T) {
+	tests := []struct {
+		cmd  sandbox.Command
+		want []string
+	}{
+		{sandbox.Command{Args: []string{"ls", "-l"}, Dir: "/workspace", Env: []string{"A=1", "HTTP_PROXY=http://127.0.0.1:3128"}},
+			[]string{"/bin/sh", "-c", `cd "$0" && exec env "$@"`, "/workspace", "A=1", "ls", "-l"}},
+		{sandbox.Command{Args: []string{"X=y"}},
+			[]string{"/bin/sh", "-c", `cd "$0" && exec env "$@"`, sandbox.HomeDir, "/bin/sh", "-c", `exec "$0" "$@"`, "X=y"}},
+	}
+	for _, tt := range tests {
+		if got := execCommand(tt.cmd); !slices.Equal(got, tt.want) {
+			t.Errorf("execCommand(%v) = %q, want %q", tt.cmd.Args, got, tt.want)
+		}
+	}
+}
