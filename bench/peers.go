@@ -52,12 +52,19 @@ func startPeer(ctx context.Context, kind string, e peerEnv) (*Process, error) {
 	switch kind {
 	case PeerGoproxy:
 		caDir := filepath.Join(e.dir, "ca")
-		p, err := startProcess(ctx, kind, e.dir, addr,
-			[]string{e.tools.Goproxy, "-listen", addr, "-ca-dir", caDir, "-upstream-ca", e.upCAFile},
-			baseEnv(e.dir))
+		argv := []string{e.tools.Goproxy, "-listen", addr, "-ca-dir", caDir, "-upstream-ca", e.upCAFile}
+		var pprofAddr string
+		if e.pprof {
+			if pprofAddr, err = freeAddr(); err != nil {
+				return nil, err
+			}
+			argv = append(argv, "-pprof", pprofAddr)
+		}
+		p, err := startProcess(ctx, kind, e.dir, addr, argv, baseEnv(e.dir))
 		if err != nil {
 			return nil, err
 		}
+		p.PprofAddr = pprofAddr
 		p.CAPEM, err = os.ReadFile(filepath.Join(caDir, "ca.pem"))
 		if err != nil {
 			p.Stop()

@@ -207,12 +207,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				row = rr.Row
 			}
 		}
-		if p == nil || p.PprofAddr == "" {
-			return nil, fmt.Errorf("profile: row %q is not an airlock row that was started", o.ProfileRow)
-		}
-		rep.Profile, err = profile(ctx, o, row, p, up)
-		if err != nil {
-			return nil, err
+		switch {
+		case p == nil && o.Filter != nil && !o.Filter.MatchString(o.ProfileRow):
+			fmt.Fprintf(o.Log, "profile: row %s is not among -rows; no profile\n", o.ProfileRow)
+		case p == nil || p.PprofAddr == "":
+			return nil, fmt.Errorf("profile: row %q is not an airlock or goproxy row that was started", o.ProfileRow)
+		default:
+			rep.Profile, err = profile(ctx, o, row, p, up)
+			if err != nil {
+				return nil, err
+			}
 		}
 	}
 	if o.Scale > 0 {

@@ -33,6 +33,15 @@ type ScalePeer struct {
 	PeakRSS                int64 // VmHWM at the end
 	OpenTime               time.Duration
 	Before, With           map[int]Summary // active requests by concurrency
+	// Go runtime figures without and with the idle connections (only for a process that
+	// serves pprof, i.e. airlock built for -pprof): stack and heap in use, goroutines.
+	GoBefore, GoWith *GoMem
+}
+
+// GoMem is what a Go process's runtime says about its memory.
+type GoMem struct {
+	StackInuse, HeapInuse int64
+	Goroutines            int64
 }
 
 // RSSPerConn is the extra resident memory per idle connection.
@@ -74,7 +83,6 @@ func scale(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream
 // are held.
 func scaleOne(ctx context.Context, o Options, env peerEnv, dir string, up *Upstream, row Row) (*ScalePeer, error) {
 	env.dir = dir
-	env.pprof = false
 	fmt.Fprintf(o.Log, "scale: starting %s\n", row.Peer)
 	p, err := startPeer(ctx, row.Peer, env)
 	if err != nil {
@@ -105,6 +113,7 @@ func scaleOne(ctx context.Context, o Options, env peerEnv, dir string, up *Upstr
 	if res.RSSBefore, _, err = ProcMem(p.PID()); err != nil {
 		return nil, err
 	}
+	res.GoBefore = readGoMem(ctx, p.PprofAddr)
 	fmt.Fprintf(o.Log, "scale: opening %d idle keep-alive connections through %s\n", o.Scale, row.Peer)
 	t0 := time.Now()
 	conns, err := openIdle(ctx, p.Addr, urlFor("http", up.HTTPAddr, row.path()), o.Scale)
@@ -121,6 +130,7 @@ func scaleOne(ctx context.Context, o Options, env peerEnv, dir string, up *Upstr
 	if res.RSSWithIdle, _, err = ProcMem(p.PID()); err != nil {
 		return nil, err
 	}
+	res.GoWith = readGoMem(ctx, p.PprofAddr)
 	if err := active(res.With, fmt.Sprintf("%d idle", o.Scale)); err != nil {
 		return nil, err
 	}
@@ -145,6 +155,42 @@ func scaleOne(ctx context.Context, o Options, env peerEnv, dir string, up *Upstr
 		return nil, fmt.Errorf("scale: %s closed %d of %d idle connections during the run", row.Peer, closed.Load(), len(conns))
 	}
 	return res, nil
+}
+
+// readGoMem reads the runtime.MemStats that /debug/pprof/heap?debug=1 appends (no GC is
+// forced) and the goroutine count; nil without a pprof address or on any error.
+func readGoMem(ctx context.Context, addr string) *GoMem {
+	if addr == "" {
+		return nil
+	}
+	get := func(path string) string {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+		return string(b)
+	}
+	m := &GoMem{}
+	heap := get("/debug/pprof/heap?debug=1")
+	for _, line := range strings.Split(heap, "\n") {
+		var a, b int64
+		if n, _ := fmt.Sscanf(line, "# Stack = %d / %d", &a, &b); n == 2 {
+			m.StackInuse = a
+		}
+		if n, _ := fmt.Sscanf(line, "# HeapInuse = %d", &a); n == 1 {
+			m.HeapInuse = a
+		}
+	}
+	gr := get("/debug/pprof/goroutine?debug=1")
+	if _, err := fmt.Sscanf(gr, "goroutine profile: total %d", &m.Goroutines); err != nil || m.StackInuse == 0 {
+		return nil
+	}
+	return m
 }
 
 // settle lets the proxy's heap settle before its RSS is read.
@@ -229,6 +275,15 @@ func (s *ScaleResult) writeMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | %.0f → %.0f MiB | %.1f KiB | %.0f MiB | %s |\n", p.Label,
 			float64(p.RSSBefore)/(1<<20), float64(p.RSSWithIdle)/(1<<20), p.RSSPerConn(s.Idle)/1024,
 			float64(p.PeakRSS)/(1<<20), p.OpenTime.Round(time.Millisecond))
+	}
+	for _, p := range s.Peers {
+		if p.GoBefore != nil && p.GoWith != nil {
+			per := func(a, b int64) float64 { return float64(b-a) / float64(s.Idle) / 1024 }
+			fmt.Fprintf(b, "\n%s, Go runtime: stack in use %.0f → %.0f MiB (%.1f KiB per connection), heap in use %.0f → %.0f MiB (%.1f KiB per connection), goroutines %d → %d.\n",
+				p.Label, float64(p.GoBefore.StackInuse)/(1<<20), float64(p.GoWith.StackInuse)/(1<<20), per(p.GoBefore.StackInuse, p.GoWith.StackInuse),
+				float64(p.GoBefore.HeapInuse)/(1<<20), float64(p.GoWith.HeapInuse)/(1<<20), per(p.GoBefore.HeapInuse, p.GoWith.HeapInuse),
+				p.GoBefore.Goroutines, p.GoWith.Goroutines)
+		}
 	}
 	b.WriteString("\n| proxy | active requests | req/s without → with | p50 without → with | p99 without → with |\n|---|---|--:|--:|--:|\n")
 	r := func(a, b float64) string {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -35,6 +36,7 @@ func run(args []string) error {
 	listen := fs.String("listen", "127.0.0.1:0", "listen address")
 	caDir := fs.String("ca-dir", "", "directory of the interception CA (created if missing)")
 	upCA := fs.String("upstream-ca", "", "PEM file of CAs trusted for upstream servers")
+	pprofAddr := fs.String("pprof", "", "serve net/http/pprof on this loopback address (for airlock-bench's memory figures)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,6 +75,12 @@ func run(args []string) error {
 	gp.OnRequest().HandleConnectFunc(func(host string, _ *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
 		return mitm, host
 	})
+	if *pprofAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		go func() { _ = http.ListenAndServe(*pprofAddr, mux) }()
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
