@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
@@ -267,4 +268,79 @@ func redact(s string) string {
 		}
 	}
 	return s
+}
+
+// TestTimeoutAndStdin: a command that outlives its timeout is killed with its children
+// (exit 124) and the sandbox stays usable; stdin reaches the command.
+func TestTimeoutAndStdin(t *testing.T) {
+	b := newBackend(t, docker.Options{Mode: docker.ModeNetNS})
+	s := newSandbox(t, sandbox.Options{ID: "sbx-docker-timeout", Backend: b})
+	ctx := context.Background()
+	res, err := s.Run(ctx, sandbox.Command{Args: []string{"sh", "-c", "sleep 300 & sleep 301; echo not killed"}, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.TimedOut || res.ExitCode != sandbox.ExitTimeout || strings.Contains(string(res.Stdout), "not killed") {
+		t.Errorf("timed out %v exit %d stdout %q, want a timeout with exit 124", res.TimedOut, res.ExitCode, res.Stdout)
+	}
+	if out, _ := run(t, s, "ps -o args | grep -c '^sleep 30[01]'"); strings.TrimSpace(out) != "0" {
+		t.Errorf("%s sleeps still running after the timeout, want 0", strings.TrimSpace(out))
+	}
+	res, err = s.Run(ctx, sandbox.Command{Args: []string{"tr", "a-z", "A-Z"}, Stdin: strings.NewReader("through stdin")})
+	if err != nil || string(res.Stdout) != "THROUGH STDIN" || res.ExitCode != 0 {
+		t.Errorf("stdin: %v exit %d stdout %q, want THROUGH STDIN", err, res.ExitCode, res.Stdout)
+	}
+	if out, code := run(t, s, "exit 7"); code != 7 {
+		t.Errorf("exit status %d (%q), want 7", code, out)
+	}
+}
+
+// TestRemoveLeftovers: a container and network left by an airlock process that died are
+// removed; those of a live owner stay.
+func TestRemoveLeftovers(t *testing.T) {
+	cli := dockerClient(t)
+	ctx := context.Background()
+	host, _ := os.Hostname()
+	dead := host + "/999999999/1"
+	mk := func(id, owner string) string {
+		labels := map[string]string{docker.Label: id, docker.OwnerLabel: owner}
+		c, err := cli.ContainerCreate(ctx, &container.Config{Image: testImage, Cmd: []string{"true"}, Labels: labels},
+			&container.HostConfig{NetworkMode: "none"}, nil, nil, "airlock-"+id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}) })
+		n, err := cli.NetworkCreate(ctx, "airlock-"+id, network.CreateOptions{Internal: true, Labels: labels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.NetworkRemove(ctx, n.ID) })
+		return c.ID
+	}
+	mk("sbx-left-dead", dead)
+	live := mk("sbx-left-live", fmt.Sprintf("%s/%d/%s", host, os.Getpid(), startOf(t, os.Getpid())))
+	b := newBackend(t, docker.Options{Client: cli, Mode: docker.ModeNetNS})
+	n, err := b.RemoveLeftovers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("removed %d sandboxes, want 1", n)
+	}
+	if left := leftovers(t, cli, "sbx-left-dead"); len(left) != 0 {
+		t.Errorf("dead owner's objects left: %v", left)
+	}
+	if left := leftovers(t, cli, "sbx-left-live"); len(left) != 2 {
+		t.Errorf("live owner's objects %v, want its container %s and network kept", left, live[:12])
+	}
+}
+
+func startOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[19]
 }

@@ -30,7 +30,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network string) (spec
 	if o.WorkspaceMode == sandbox.WorkspaceCoW && o.Workspace != "" {
 		return spec{}, fmt.Errorf("workspace mode cow: not supported by the docker backend (use rw or ro)")
 	}
-	labels := map[string]string{Label: o.ID}
+	labels := map[string]string{Label: o.ID, OwnerLabel: b.owner}
 	init := true
 	pids := o.Pids
 	tmp := "rw,nosuid,nodev,size=" + strconv.FormatInt(o.TmpSize, 10)

@@ -1,7 +1,9 @@
 package docker
 
 import (
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -165,5 +167,25 @@ func TestProxyEnvCarriesCredential(t *testing.T) {
 	got := mergeEnv([]string{"A=1", "HTTP_PROXY=http://127.0.0.1:3128"}, env)
 	if !slices.Contains(got, "A=1") || slices.Contains(got, "HTTP_PROXY=http://127.0.0.1:3128") || len(got) != 5 {
 		t.Errorf("merged %v: want A=1 kept and the proxy variables replaced", got)
+	}
+}
+
+func TestOwnerGone(t *testing.T) {
+	host, _ := os.Hostname()
+	tests := []struct {
+		owner string
+		want  bool
+	}{
+		{owner(), false},
+		{host + "/" + strconv.Itoa(os.Getpid()) + "/1", true}, // same pid, other start: reused pid
+		{host + "/999999999/5", true},
+		{"another-host/999999999/5", false},
+		{"garbage", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if got := ownerGone(tt.owner); got != tt.want {
+			t.Errorf("ownerGone(%q) = %v, want %v", tt.owner, got, tt.want)
+		}
 	}
 }

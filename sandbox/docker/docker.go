@@ -95,6 +95,7 @@ type Backend struct {
 	// local: airlock is root beside the daemon and sees container processes in /proc.
 	local   bool
 	seccomp string // the profile's JSON
+	owner   string // OwnerLabel value
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -123,7 +124,7 @@ func New(o Options) (*Backend, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	o.Logger = o.Logger.With("component", "sandbox.docker")
-	b := &Backend{opts: o, cli: o.Client}
+	b := &Backend{opts: o, cli: o.Client, owner: owner()}
 	var err error
 	if b.seccomp, err = seccompProfile(); err != nil {
 		return nil, err

@@ -19,7 +19,7 @@ func (in *instance) createNetwork(ctx context.Context) error {
 	_, err := in.b.cli.NetworkCreate(ctx, name, network.CreateOptions{
 		Driver:   "bridge",
 		Internal: internal,
-		Labels:   map[string]string{Label: in.opts.ID},
+		Labels:   map[string]string{Label: in.opts.ID, OwnerLabel: in.b.owner},
 		Options: map[string]string{
 			"com.docker.network.bridge.enable_icc":           "true",
 			"com.docker.network.bridge.enable_ip_masquerade": "false",
