@@ -161,3 +161,11 @@ func TestExecCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestConnectNamesTheMissingConfig(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	_, _, err := Connect(t.TempDir() + "/no-such-kubeconfig")
+	if err == nil || !strings.Contains(err.Error(), "no-such-kubeconfig") {
+		t.Errorf("Connect: %v, want an error naming the kubeconfig", err)
+	}
+}
