@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ func TestNetNSThroughProxy(t *testing.T) {
 	cli := dockerClient(t)
 	b := newBackend(t, docker.Options{Client: cli, Mode: docker.ModeNetNS})
 	ws := t.TempDir()
-	if err := os.Chown(ws, 1000, 1000); err != nil {
+	// The workspace's owner: the container runs as that uid so it can write there.
+	if err := os.Chown(ws, 1234, 1234); err != nil {
 		t.Fatal(err)
 	}
 	o := sandbox.Options{ID: "sbx-docker-netns", Labels: map[string]string{"task": "e2e"}, Backend: b, Proxy: rp.p,
@@ -54,7 +56,7 @@ func TestNetNSThroughProxy(t *testing.T) {
 		{"workspace writable", "echo hi > /workspace/f && cat /workspace/f", "hi", true},
 		{"root fs read-only", "touch /etc/x", "Read-only file system", false},
 		{"tmp is tmpfs", "grep ' /tmp ' /proc/mounts", "tmpfs", true},
-		{"non-root", "id -u", "1000", true},
+		{"non-root, the workspace's owner", "id -u", "1234", true},
 		{"no capabilities", "grep CapEff /proc/self/status", "0000000000000000", true},
 		{"no new privileges", "grep NoNewPrivs /proc/self/status", "1", true},
 		{"only lo", "ls /sys/class/net", "lo", true},
@@ -73,6 +75,9 @@ func TestNetNSThroughProxy(t *testing.T) {
 	}
 	if out, _ := run(t, s, "ls /sys/class/net"); strings.TrimSpace(out) != "lo" {
 		t.Errorf("interfaces %q, want only lo", out)
+	}
+	if fi, err := os.Stat(filepath.Join(ws, "f")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 1234 {
+		t.Errorf("file written to the workspace: %v, want owned by 1234", err)
 	}
 	if got := rp.audit.sandboxes(); got["sbx-docker-netns"] < 3 || len(got) != 1 {
 		t.Errorf("audit events by sandbox %v, want at least 3, all from sbx-docker-netns", got)

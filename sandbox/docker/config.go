@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
@@ -31,12 +32,16 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network string) (spec
 		return spec{}, fmt.Errorf("workspace mode cow: not supported by the docker backend (use rw or ro)")
 	}
 	labels := map[string]string{Label: o.ID, OwnerLabel: b.owner}
+	user, err := b.user(o)
+	if err != nil {
+		return spec{}, err
+	}
 	init := true
 	pids := o.Pids
 	tmp := "rw,nosuid,nodev,size=" + strconv.FormatInt(o.TmpSize, 10)
 	cfg := &container.Config{
 		Image:      b.opts.Image,
-		User:       b.opts.User,
+		User:       user,
 		Cmd:        b.opts.Idle,
 		Entrypoint: []string{},
 		Env:        []string{"PATH=" + sandbox.DefaultPath, "HOME=" + sandbox.HomeDir},
@@ -55,7 +60,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network string) (spec
 		LogConfig:      container.LogConfig{Type: "none"},
 		Tmpfs: map[string]string{
 			"/tmp":          tmp,
-			sandbox.HomeDir: tmp + ",uid=" + uidOf(b.opts.User) + ",gid=" + gidOf(b.opts.User),
+			sandbox.HomeDir: tmp + ",uid=" + uidOf(user) + ",gid=" + gidOf(user),
 		},
 		Resources: container.Resources{
 			Memory:    o.Memory,
@@ -96,6 +101,23 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network string) (spec
 		})
 	}
 	return spec{Name: containerName(o.ID), Config: cfg, Host: host, Network: network}, nil
+}
+
+// user is the container's uid:gid for o.
+func (b *Backend) user(o sandbox.Options) (string, error) {
+	if b.opts.User != "" {
+		return b.opts.User, nil
+	}
+	if o.Workspace != "" && o.WorkspaceMode == sandbox.WorkspaceRW {
+		var st syscall.Stat_t
+		if err := syscall.Stat(o.Workspace, &st); err != nil {
+			return "", fmt.Errorf("workspace: %w", err)
+		}
+		if st.Uid != 0 && st.Gid != 0 {
+			return fmt.Sprintf("%d:%d", st.Uid, st.Gid), nil
+		}
+	}
+	return DefaultUser, nil
 }
 
 // checkBind refuses a bind of a Docker socket or of a directory holding one: a sandbox that

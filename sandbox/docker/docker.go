@@ -55,7 +55,9 @@ type Options struct {
 	// version negotiation.
 	Client *client.Client
 	Mode   Mode
-	// User is the container user as uid:gid; default DefaultUser. Never root.
+	// User is the container user as uid:gid. Default: the owner of a read-write workspace
+	// when that is not root (so the sandbox can write it, as with the native backend's
+	// id-mapped mount), else DefaultUser. Never root.
 	User string
 	// Runtime is an OCI runtime name registered with the daemon (e.g. "runsc"); empty
 	// means the daemon's default.
@@ -105,11 +107,10 @@ func New(o Options) (*Backend, error) {
 	if o.Image == "" {
 		return nil, errors.New("docker backend: image is required")
 	}
-	if o.User == "" {
-		o.User = DefaultUser
-	}
-	if err := checkUser(o.User); err != nil {
-		return nil, err
+	if o.User != "" {
+		if err := checkUser(o.User); err != nil {
+			return nil, err
+		}
 	}
 	if len(o.Idle) == 0 {
 		o.Idle = []string{"sleep", "infinity"}

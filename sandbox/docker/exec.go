@@ -37,7 +37,7 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 		env = mergeEnv(env, in.proxyEnv)
 	}
 	ex, err := in.b.cli.ContainerExecCreate(ctx, in.id, container.ExecOptions{
-		User: in.b.opts.User, Env: env, WorkingDir: cmd.Dir, Cmd: cmd.Args,
+		User: in.user, Env: env, WorkingDir: cmd.Dir, Cmd: cmd.Args,
 		AttachStdin: cmd.Stdin != nil, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {

@@ -21,6 +21,7 @@ type instance struct {
 	b         *Backend
 	opts      sandbox.Options
 	id        string // container id
+	user      string // uid:gid commands run as
 	pid       int    // host pid of the container's init (ModeNetNS)
 	dir       string // per-sandbox state directory on the host
 	network   string // ModeInternal: the sandbox's network
@@ -78,7 +79,7 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 		}
 		return nil, fmt.Errorf("create container from %s: %w", b.opts.Image, err)
 	}
-	in.id = created.ID
+	in.id, in.user = created.ID, sp.Config.User
 	if err := b.cli.ContainerStart(ctx, in.id, container.StartOptions{}); err != nil {
 		return nil, fmt.Errorf("start container: %w", err)
 	}
