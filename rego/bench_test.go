@@ -59,12 +59,19 @@ func processCPU(tb testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkDecide measures the shipped policy on the request phase.
+// BenchmarkDecide measures the shipped policy on the request phase: "eval/" evaluates
+// every time (the cost of a request not seen before), "cached/" repeats a decided input.
 func BenchmarkDecide(b *testing.B) {
-	e, err := New(context.Background(), Options{Timeout: testEvalTimeout})
-	if err != nil {
-		b.Fatal(err)
+	for _, mode := range []string{"eval", "cached"} {
+		e, err := New(context.Background(), Options{Timeout: testEvalTimeout, NoDecisionCache: mode == "eval"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(mode, func(b *testing.B) { benchShipped(b, e) })
 	}
+}
+
+func benchShipped(b *testing.B, e *Engine) {
 	b.Run("allow", func(b *testing.B) {
 		benchDecide(b, e, benchInput("GET", "proxy.golang.org", "/golang.org/x/net/@v/list"), ActionAllow)
 	})
@@ -111,14 +118,16 @@ func BenchmarkDecideAllowlist10k(b *testing.B) {
 	if err := os.WriteFile(filepath.Join(dir, "data.json"), out, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
-	if err != nil {
-		b.Fatal(err)
+	for _, mode := range []string{"eval", "cached"} {
+		e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout, NoDecisionCache: mode == "eval"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(mode+"/allow", func(b *testing.B) {
+			benchDecide(b, e, benchInput("GET", "mirror-05000.registry.example.com", "/pkg"), ActionAllow)
+		})
+		b.Run(mode+"/deny", func(b *testing.B) {
+			benchDecide(b, e, benchInput("GET", "mirror-10001.registry.example.com", "/pkg"), ActionDeny)
+		})
 	}
-	b.Run("allow", func(b *testing.B) {
-		benchDecide(b, e, benchInput("GET", "mirror-05000.registry.example.com", "/pkg"), ActionAllow)
-	})
-	b.Run("deny", func(b *testing.B) {
-		benchDecide(b, e, benchInput("GET", "mirror-10001.registry.example.com", "/pkg"), ActionDeny)
-	})
 }

@@ -25,6 +25,7 @@ type snapshot struct {
 	store    storage.Store
 	txn      storage.Transaction // a read transaction held for the snapshot's life: the store is never written
 	use      inputUse            // which optional input parts the policy reads
+	cache    *decisionCache      // nil when the policy is not cacheable
 	revision string
 	source   string
 	loadedAt time.Time
@@ -63,6 +64,7 @@ func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
 		store:    store,
 		txn:      txn,
 		use:      inputUseOf(c),
+		cache:    newDecisionCache(c, inputUseOf(c)),
 		revision: src.revision,
 		source:   src.source,
 		loadedAt: time.Now(),

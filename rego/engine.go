@@ -47,6 +47,9 @@ type Options struct {
 	HTTPClient *http.Client
 	// Logger receives load and reload events; nil discards them.
 	Logger *slog.Logger
+	// NoDecisionCache evaluates every input, even one decided before (benchmarks, or a
+	// policy whose data changes under it).
+	NoDecisionCache bool
 }
 
 // Status describes the policy in force, for the admin API.
@@ -104,6 +107,9 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.NoDecisionCache {
+		snap.cache = nil
+	}
 	e.cur.Store(snap)
 	e.log.Info("policy loaded", "source", snap.source, "revision", snap.revision)
 	return e, nil
@@ -149,6 +155,13 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 		return Decision{}, "", fmt.Errorf("evaluate policy: %w", err)
 	}
 	snap := e.cur.Load()
+	var key string
+	if snap.cache != nil && !explain {
+		key = snap.cache.key(in)
+		if d, ok := snap.cache.get(key); ok {
+			return d, "", nil
+		}
+	}
 
 	// One Cancel serves both the caller's context and the per-evaluation timeout; this avoids
 	// the goroutine OPA would start per evaluation to watch the context.
@@ -203,6 +216,9 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 	d, err := parseDecision(t.Value)
 	if err != nil {
 		e.log.Warn("policy returned a malformed decision; denied", "revision", snap.revision, "rule", d.Rule, "err", err)
+	}
+	if key != "" {
+		snap.cache.put(key, d)
 	}
 	return d, trace, nil
 }

@@ -50,6 +50,9 @@ func (e *Engine) Reload(ctx context.Context) error {
 		e.log.Error("policy reload refused; keeping the last good policy", "revision", cur.revision, "err", err)
 		return fmt.Errorf("reload policy (keeping revision %s): %w", cur.revision, err)
 	}
+	if e.opts.NoDecisionCache {
+		snap.cache = nil
+	}
 	e.cur.Store(snap)
 	e.setError(nil)
 	e.log.Info("policy reloaded", "source", snap.source, "revision", snap.revision, "previous", cur.revision)
