@@ -78,6 +78,10 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	if spanExp != nil {
 		traceOpts = append(traceOpts, sdktrace.WithBatcher(spanExp))
 		t.exported = append(t.exported, "traces:"+proto)
+	} else {
+		// Nothing reads the spans: keep their ids (audit events and logs carry them) but do
+		// not record them, which cost 3-5% of the proxy's CPU in the load harness.
+		traceOpts = append(traceOpts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
 	t.tp = sdktrace.NewTracerProvider(traceOpts...)
 	t.tracer = t.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(opts.Version))
