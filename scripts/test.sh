@@ -12,7 +12,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
 say "Debian packages"
-pkgs=(ca-certificates curl wget git iproute2 python3 python3-requests nodejs postgresql chromium busybox-static diffutils strace procps util-linux)
+pkgs=(ca-certificates curl wget git iproute2 python3 python3-requests nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -56,6 +56,9 @@ say "real Vault (e2e/vault module)"
 
 say "benchmarks, one iteration each"
 go test -count=1 -run '^$' -bench . -benchtime 1x ./...
+
+say "load harness, tiny settings (the README's table comes from the full run)"
+go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/
 
 say "fuzzing, briefly"
 for t in "FuzzNormalizeHost ./proxy" "FuzzNormalizePath ./proxy"; do
