@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -51,11 +52,19 @@ func NormalizeHost(host string) (string, error) {
 	if a, ok := parseIPv4Loose(h); ok {
 		return a.String(), nil
 	}
+	if !utf8.ValidString(h) {
+		return "", fmt.Errorf("%w: %q: not valid UTF-8", ErrBadHost, host)
+	}
 	ascii, err := idnaProfile.ToASCII(h)
 	if err != nil {
 		return "", fmt.Errorf("%w: %q: %v", ErrBadHost, host, err)
 	}
 	ascii = strings.ToLower(ascii)
+	// The policy must see a fixed point: a name whose ASCII form does not convert to itself
+	// again is not a name any resolver agrees on.
+	if again, err := idnaProfile.ToASCII(ascii); err != nil || strings.ToLower(again) != ascii {
+		return "", fmt.Errorf("%w: %q: not a valid internationalised name", ErrBadHost, host)
+	}
 	for i := 0; i < len(ascii); i++ {
 		c := ascii[i]
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_') {
