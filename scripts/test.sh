@@ -61,9 +61,11 @@ say "load harness, tiny settings (the README's table comes from the full run)"
 go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/
 
 say "fuzzing, briefly"
-for t in "FuzzNormalizeHost ./proxy" "FuzzNormalizePath ./proxy"; do
+for t in "FuzzNormalizeHost ./proxy" "FuzzNormalizePath ./proxy" "FuzzRequestInput ./proxy" \
+	"FuzzRemoveHopHeaders ./proxy" "FuzzScrub ./secrets" "FuzzRedactQuery ./audit" \
+	"FuzzParseInputJSON ./rego" "FuzzPreview ./approval"; do
 	set -- $t
-	go test -run '^$' -fuzz "^$1\$" -fuzztime 10s "$2"
+	go test -run '^$' -fuzz "^$1\$" -fuzztime 8s "$2"
 done
 
 say "all suites passed"
