@@ -151,33 +151,56 @@ func attempts(h *host) []attempt {
 	return a
 }
 
-// TestEscapes runs the table against a ModeNetNS sandbox (the mode used as root).
+// TestEscapes runs the table against both modes: netns (no network; the test proxy's
+// listener inside the container) and internal (its own internal network, the real proxy
+// in a stand-in proxy container, credential in HTTP_PROXY).
 func TestEscapes(t *testing.T) {
 	t.Setenv("AIRLOCK_E2E_CANARY", canary)
 	h := startHost(t)
-	b := newBackend(t, docker.Options{Mode: docker.ModeNetNS})
-	s := newSandbox(t, sandbox.Options{ID: "sbx-docker-escape", Backend: b, Proxy: sandboxtest.NewProxy(),
-		Workspace: t.TempDir(), Pids: 64, Memory: 256 << 20})
-	for _, a := range attempts(h) {
-		t.Run(a.name, func(t *testing.T) {
-			udpBefore := h.udpSeen.Load()
-			out, _ := run(t, s, a.script)
-			if strings.Contains(out, "ESCAPED") {
-				t.Errorf("escaped: %q", out)
-			}
-			if n := h.udpSeen.Load() - udpBefore; n != 0 {
-				t.Errorf("host UDP server received %d packets from the sandbox, want 0", n)
-			}
-			if a.hostControl {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				cmd := exec.CommandContext(ctx, "sh", "-c", a.script)
-				cmd.WaitDelay = time.Second
-				hostOut, _ := cmd.CombinedOutput()
-				if !strings.Contains(string(hostOut), "ESCAPED") {
-					t.Errorf("control: the attempt does not get through on the host either (out %q), so it proves nothing", hostOut)
-				}
+	modes := []struct {
+		name string
+		new  func(t *testing.T) *sandbox.Sandbox
+	}{
+		{"netns", func(t *testing.T) *sandbox.Sandbox {
+			b := newBackend(t, docker.Options{Mode: docker.ModeNetNS})
+			return newSandbox(t, sandbox.Options{ID: "sbx-docker-escape", Backend: b, Proxy: sandboxtest.NewProxy(),
+				Workspace: t.TempDir(), Pids: 64, Memory: 256 << 20})
+		}},
+		{"internal", func(t *testing.T) *sandbox.Sandbox {
+			rp := startRealProxy(t, true)
+			holder := startProxyHolder(t, rp)
+			b := newBackend(t, docker.Options{Mode: docker.ModeInternal, Tokens: rp.p, ProxyContainer: holder.id})
+			return newSandbox(t, sandbox.Options{ID: "sbx-docker-escape-int", Backend: b,
+				Workspace: t.TempDir(), Pids: 64, Memory: 256 << 20})
+		}},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			s := m.new(t)
+			for _, a := range attempts(h) {
+				t.Run(a.name, func(t *testing.T) { try(t, h, s, a) })
 			}
 		})
+	}
+}
+
+func try(t *testing.T, h *host, s *sandbox.Sandbox, a attempt) {
+	udpBefore := h.udpSeen.Load()
+	out, _ := run(t, s, a.script)
+	if strings.Contains(out, "ESCAPED") {
+		t.Errorf("escaped: %q", out)
+	}
+	if n := h.udpSeen.Load() - udpBefore; n != 0 {
+		t.Errorf("host UDP server received %d packets from the sandbox, want 0", n)
+	}
+	if a.hostControl {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "sh", "-c", a.script)
+		cmd.WaitDelay = time.Second
+		hostOut, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(hostOut), "ESCAPED") {
+			t.Errorf("control: the attempt does not get through on the host either (out %q), so it proves nothing", hostOut)
+		}
 	}
 }

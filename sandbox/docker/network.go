@@ -11,8 +11,9 @@ import (
 	"github.com/docker/docker/errdefs"
 )
 
-// createNetwork makes the sandbox's own internal network (no route off it, no DNS
-// forwarding by Docker's resolver) and connects the proxy's container to it.
+// createNetwork makes the sandbox's own internal network (no route off it, no address of
+// the host on it, no DNS forwarding by Docker's resolver) and connects the proxy's
+// container to it.
 func (in *instance) createNetwork(ctx context.Context) error {
 	name := containerName(in.opts.ID)
 	internal := true
@@ -23,6 +24,13 @@ func (in *instance) createNetwork(ctx context.Context) error {
 		Options: map[string]string{
 			"com.docker.network.bridge.enable_icc":           "true",
 			"com.docker.network.bridge.enable_ip_masquerade": "false",
+			// An internal network stops forwarding, not the host itself: with the
+			// gateway address on the host's bridge, a container reaches every host service
+			// listening on all addresses (seen on the 20.10 engine, TCP and UDP to the
+			// host's own address). Without an address on the bridge the host is not a
+			// neighbour at all; the sandbox still reaches the proxy's container on the
+			// same bridge.
+			"com.docker.network.bridge.inhibit_ipv4": "true",
 		},
 	})
 	if err != nil {
