@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 var systemRoots = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
 
 type sandboxFlags struct {
-	workspace, memory, report, backend, image, id string
+	workspace, memory, report, backend, image, id, adminListen string
 	timeout                                       time.Duration
 	pids                                          int64
 	cpus                                          float64
@@ -68,6 +70,7 @@ revoked and everything it made is removed.`,
 	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends)")
 	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
 	fl.StringVar(&sf.id, "id", "", "sandbox id (default: generated)")
+	fl.StringVar(&sf.adminListen, "admin-listen", "", "also serve the admin API (approvals page, metrics) on this address while the sandbox runs")
 	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
 	sb.AddCommand(run)
 	root.AddCommand(sb)
@@ -135,6 +138,16 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return err
 	}
 	defer s.close(context.Background())
+	if sf.adminListen != "" {
+		ln, err := net.Listen("tcp", sf.adminListen)
+		if err != nil {
+			return fmt.Errorf("--admin-listen: %w", err)
+		}
+		s.proxy.AddSelf(ln.Addr())
+		srv := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+	}
 	o.CABundle = caBundle(s.ca.CertPEM())
 	o.Proxy = s.proxy
 	if s.broker != nil {
