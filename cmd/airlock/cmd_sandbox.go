@@ -21,10 +21,10 @@ var systemRoots = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/c
 
 type sandboxFlags struct {
 	workspace, memory, report, backend, image, id, adminListen string
-	timeout                                       time.Duration
-	pids                                          int64
-	cpus                                          float64
-	labels, env                                   []string
+	timeout                                                    time.Duration
+	pids                                                       int64
+	cpus                                                       float64
+	labels, env                                                []string
 }
 
 func addSandboxCmd(root *cobra.Command) {
