@@ -56,6 +56,7 @@ say "real Vault (e2e/vault module)"
 
 say "benchmarks, one iteration each"
 go test -count=1 -run '^$' -bench . -benchtime 1x ./...
+go test -count=1 -tags e2e -run '^$' -bench CreateExecDestroy -benchtime 3x ./e2e/docker/
 
 say "load harness, tiny settings (the README's table comes from the full run)"
 go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/

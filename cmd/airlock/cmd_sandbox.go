@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/docker"
 	"github.com/airlock-proxy/airlock/telemetry"
 )
 
@@ -81,8 +82,13 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	if sf.backend != "" {
 		cfg.Sandbox.Backend = sf.backend
 	}
-	if cfg.Sandbox.Backend != "native" {
-		return fmt.Errorf("--backend %s is not available in this build; use native", cfg.Sandbox.Backend)
+	if sf.image != "" {
+		cfg.Sandbox.Image = sf.image
+	}
+	switch cfg.Sandbox.Backend {
+	case "native", "docker":
+	default:
+		return fmt.Errorf("--backend %s: the Kubernetes backend runs against an in-cluster airlock Deployment (see docs/scale.md); `sandbox run` offers native and docker", cfg.Sandbox.Backend)
 	}
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env}
 	if sf.timeout > 0 {
@@ -123,7 +129,20 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		o.Labels[k] = v
 	}
 
-	if err := (&sandbox.Native{}).Cleanup(ctx); err != nil {
+	if cfg.Sandbox.Backend == "docker" {
+		if cfg.Sandbox.Image == "" {
+			return fmt.Errorf("--backend docker needs --image (a local image; nothing is pulled)")
+		}
+		b, err := docker.New(docker.Options{Image: cfg.Sandbox.Image})
+		if err != nil {
+			return fmt.Errorf("docker backend: %w", err)
+		}
+		defer b.Close()
+		if _, err := b.RemoveLeftovers(ctx); err != nil {
+			return fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
+		}
+		o.Backend = b
+	} else if err := (&sandbox.Native{}).Cleanup(ctx); err != nil {
 		return fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
 	}
 	log := newLogger(cfg, os.Stderr)
