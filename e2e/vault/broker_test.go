@@ -54,10 +54,21 @@ func newBroker(t *testing.T, v *testVault, o brokerOpts) (*secrets.Broker, *coun
 		o.auth = secrets.VaultAuth{Method: "approle", RoleID: roleID, SecretIDFile: file}
 	}
 	c := &counter{}
+	logs := &testWriter{t: t}
+	// Runs after Close (cleanups run last-in first-out): no value in any log line.
+	t.Cleanup(func() {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		for _, canary := range []string{openaiKey, dbPassword, "short-lived-password", "sk-not-for-airlock", v.root.Token()} {
+			if strings.Contains(logs.buf.String(), canary) {
+				t.Errorf("a log line contains the value %q", canary)
+			}
+		}
+	})
 	opts := secrets.Options{
 		Vault:         secrets.VaultConfig{Address: v.addr, Auth: o.auth, Timeout: secrets.Duration(5 * time.Second)},
 		Credentials:   o.creds,
-		Logger:        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:        slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		SweepInterval: 100 * time.Millisecond,
 		WrapTransport: c.wrap,
 	}
@@ -72,9 +83,17 @@ func newBroker(t *testing.T, v *testVault, o brokerOpts) (*secrets.Broker, *coun
 	return b, c
 }
 
-type testWriter struct{ t *testing.T }
+// testWriter keeps the broker's log lines and shows them in the test output.
+type testWriter struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf strings.Builder
+}
 
-func (w testWriter) Write(p []byte) (int, error) {
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
