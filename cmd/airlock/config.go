@@ -151,10 +151,8 @@ func (c *Config) Validate() error {
 	if err := c.Vault.Validate(); err != nil {
 		return prefixKey("vault", err)
 	}
-	for name, cc := range c.Credentials {
-		if err := cc.Validate(); err != nil {
-			return prefixKey("credentials."+name, err)
-		}
+	if err := secrets.ValidateCredentials(c.Credentials); err != nil {
+		return err
 	}
 	return nil
 }
