@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Redaction replaces an injected secret value found in a response.
@@ -106,8 +107,12 @@ func (s *scrubber) replaceString(v string) string {
 
 // Reader returns a ReadCloser yielding src with every value replaced by Redaction.
 func (s *scrubber) Reader(src io.ReadCloser) io.ReadCloser {
-	return &scrubReader{src: src, s: s, hold: len(s.secrets[0].v) - 1, chunk: make([]byte, 32<<10)}
+	return &scrubReader{src: src, s: s, hold: len(s.secrets[0].v) - 1}
 }
+
+// chunks are the read buffers of scrubReaders, reused across responses: one per response
+// was most of the scrubbing cost on small bodies.
+var chunks = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // scrubReader streams src through the scrubber. pending holds input not yet emitted: at most
 // hold bytes (a possible prefix of a value) between reads plus one chunk while working.
@@ -115,9 +120,10 @@ type scrubReader struct {
 	src     io.ReadCloser
 	s       *scrubber
 	hold    int
-	chunk   []byte
+	chunk   *[]byte // from chunks, returned at the end of the body
 	pending []byte
 	out     []byte
+	buf     []byte // out's backing array, reused from chunk to chunk
 	err     error
 }
 
@@ -126,18 +132,23 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 		if r.err != nil {
 			return 0, r.err
 		}
-		n, err := r.src.Read(r.chunk)
-		r.pending = append(r.pending, r.chunk[:n]...)
+		if r.chunk == nil {
+			r.chunk = chunks.Get().(*[]byte)
+		}
+		n, err := r.src.Read(*r.chunk)
+		r.pending = append(r.pending, (*r.chunk)[:n]...)
 		if err != nil {
 			r.err = err
+			// Returned here, not in Close, which may run concurrently with a Read.
+			chunks.Put(r.chunk)
+			r.chunk = nil
 		}
+		r.out = r.buf[:0]
 		r.process(err != nil)
+		r.buf = r.out[:0]
 	}
 	n := copy(p, r.out)
 	r.out = r.out[n:]
-	if len(r.out) == 0 {
-		r.out = r.out[:0:0]
-	}
 	return n, nil
 }
 
