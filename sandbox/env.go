@@ -32,7 +32,7 @@ func baseEnv(o Options) []string {
 			env = append(env, v+"="+caBundlePath)
 		}
 	}
-	return mergeEnv(env, o.Env)
+	return MergeEnv(env, o.Env)
 }
 
 func validEnv(kv string) bool {
@@ -40,9 +40,9 @@ func validEnv(kv string) bool {
 	return ok && k != ""
 }
 
-// mergeEnv returns base with the entries of extra added, an extra entry replacing a base
+// MergeEnv returns base with the entries of extra added, an extra entry replacing a base
 // entry of the same name.
-func mergeEnv(base, extra []string) []string {
+func MergeEnv(base, extra []string) []string {
 	out := append([]string(nil), base...)
 	for _, kv := range extra {
 		k, _, _ := strings.Cut(kv, "=")

@@ -52,9 +52,9 @@ func TestParseWorkspace(t *testing.T) {
 }
 
 func TestMergeEnvReplacesByName(t *testing.T) {
-	got := mergeEnv([]string{"A=1", "B=2"}, []string{"B=3", "C=4"})
+	got := MergeEnv([]string{"A=1", "B=2"}, []string{"B=3", "C=4"})
 	if want := []string{"A=1", "B=3", "C=4"}; !slices.Equal(got, want) {
-		t.Errorf("mergeEnv = %v, want %v", got, want)
+		t.Errorf("MergeEnv = %v, want %v", got, want)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-proxy/airlock/internal/output"
 	"io"
 	"os"
 	"path/filepath"
@@ -127,7 +128,7 @@ wait:
 	_ = unix.Shutdown(conn, unix.SHUT_RDWR)
 	st.wait()
 	res.End = time.Now()
-	res.Stdout, res.Stderr, res.Truncated = st.stdout.bytes(), st.stderr.bytes(), st.truncated()
+	res.Stdout, res.Stderr, res.Truncated = st.stdout.Bytes(), st.stderr.Bytes(), st.truncated()
 	res.ExitCode, res.Signal = exit.ExitCode, exit.Signal
 	res.Usage = Usage{
 		PeakMemory: in.cg.peakMemory(),
@@ -165,7 +166,7 @@ type stdio struct {
 	stdoutR, stdoutW *os.File
 	stderrR, stderrW *os.File
 	stdin            io.Reader
-	stdout, stderr   *capture
+	stdout, stderr   *output.Capture
 	done             chan struct{}
 	pending          int
 }
@@ -175,8 +176,8 @@ func newStdio(cmd Command) (*stdio, error) {
 	if limit <= 0 {
 		limit = DefaultOutputLimit
 	}
-	st := &stdio{stdin: cmd.Stdin, stdout: &capture{w: cmd.Stdout, limit: limit},
-		stderr: &capture{w: cmd.Stderr, limit: limit}, done: make(chan struct{}, 3)}
+	st := &stdio{stdin: cmd.Stdin, stdout: &output.Capture{W: cmd.Stdout, Limit: limit},
+		stderr: &output.Capture{W: cmd.Stderr, Limit: limit}, done: make(chan struct{}, 3)}
 	var err error
 	if cmd.Stdin == nil {
 		st.stdinR, err = os.Open(os.DevNull)
@@ -205,7 +206,7 @@ func (st *stdio) copy() {
 	}
 	for _, p := range []struct {
 		r *os.File
-		c *capture
+		c *output.Capture
 	}{{st.stdoutR, st.stdout}, {st.stderrR, st.stderr}} {
 		st.pending++
 		go func() {
@@ -221,7 +222,7 @@ func (st *stdio) wait() {
 	}
 }
 
-func (st *stdio) truncated() bool { return st.stdout.dropped || st.stderr.dropped }
+func (st *stdio) truncated() bool { return st.stdout.Dropped() || st.stderr.Dropped() }
 
 func (st *stdio) closeChildEnds() {
 	closeFiles([]*os.File{st.stdinR, st.stdoutW, st.stderrW})
@@ -231,29 +232,3 @@ func (st *stdio) closeChildEnds() {
 func (st *stdio) closeAll() {
 	closeFiles([]*os.File{st.stdinR, st.stdinW, st.stdoutW, st.stderrW, st.stdoutR, st.stderrR})
 }
-
-// capture streams to w and keeps the first limit bytes.
-type capture struct {
-	w       io.Writer
-	limit   int
-	buf     []byte
-	dropped bool
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	room := c.limit - len(c.buf)
-	if room >= len(p) {
-		c.buf = append(c.buf, p...)
-	} else {
-		c.buf = append(c.buf, p[:max(room, 0)]...)
-		c.dropped = true
-	}
-	if c.w != nil {
-		if _, err := c.w.Write(p); err != nil {
-			c.w = nil // a failing writer stops streaming, not the command
-		}
-	}
-	return len(p), nil
-}
-
-func (c *capture) bytes() []byte { return c.buf }

@@ -94,7 +94,7 @@ func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
 	if closed {
 		return Result{}, errClosed
 	}
-	cmd.Env = mergeEnv(s.env, cmd.Env)
+	cmd.Env = MergeEnv(s.env, cmd.Env)
 	if cmd.Timeout <= 0 {
 		cmd.Timeout = s.opts.Timeout
 	}

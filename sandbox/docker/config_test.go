@@ -164,7 +164,7 @@ func TestProxyEnvCarriesCredential(t *testing.T) {
 			t.Errorf("%s: want http://sbx-9:tok@172.30.0.2:3128", kv)
 		}
 	}
-	got := mergeEnv([]string{"A=1", "HTTP_PROXY=http://127.0.0.1:3128"}, env)
+	got := sandbox.MergeEnv([]string{"A=1", "HTTP_PROXY=http://127.0.0.1:3128"}, env)
 	if !slices.Contains(got, "A=1") || slices.Contains(got, "HTTP_PROXY=http://127.0.0.1:3128") || len(got) != 5 {
 		t.Errorf("merged %v: want A=1 kept and the proxy variables replaced", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-proxy/airlock/internal/output"
 	"io"
 	"os"
 	"strconv"
@@ -34,7 +35,7 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 	}
 	env := cmd.Env
 	if len(in.proxyEnv) > 0 {
-		env = mergeEnv(env, in.proxyEnv)
+		env = sandbox.MergeEnv(env, in.proxyEnv)
 	}
 	ex, err := in.b.cli.ContainerExecCreate(ctx, in.id, container.ExecOptions{
 		User: in.user, Env: env, WorkingDir: cmd.Dir, Cmd: cmd.Args,
@@ -53,7 +54,7 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 	if limit <= 0 {
 		limit = sandbox.DefaultOutputLimit
 	}
-	stdout, stderr := &capture{w: cmd.Stdout, limit: limit}, &capture{w: cmd.Stderr, limit: limit}
+	stdout, stderr := &output.Capture{W: cmd.Stdout, Limit: limit}, &output.Capture{W: cmd.Stderr, Limit: limit}
 	if cmd.Stdin != nil {
 		go func() {
 			_, _ = io.Copy(att.Conn, cmd.Stdin)
@@ -90,8 +91,8 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 		<-copied
 	}
 	res.End = time.Now()
-	res.Stdout, res.Stderr = stdout.buf, stderr.buf
-	res.Truncated = stdout.dropped || stderr.dropped
+	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
+	res.Truncated = stdout.Dropped() || stderr.Dropped()
 	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	info, err := in.waitExec(ictx, ex.ID)
@@ -187,49 +188,6 @@ func descendants(pid int) []int {
 				out = append(out, p)
 				break
 			}
-		}
-	}
-	return out
-}
-
-// capture streams to w and keeps the first limit bytes.
-type capture struct {
-	w       io.Writer
-	limit   int
-	buf     []byte
-	dropped bool
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	room := c.limit - len(c.buf)
-	if room >= len(p) {
-		c.buf = append(c.buf, p...)
-	} else {
-		c.buf = append(c.buf, p[:max(room, 0)]...)
-		c.dropped = true
-	}
-	if c.w != nil {
-		if _, err := c.w.Write(p); err != nil {
-			c.w = nil // a failing writer stops streaming, not the command
-		}
-	}
-	return len(p), nil
-}
-
-// mergeEnv returns base with extra's entries, an extra entry replacing one of the same name.
-func mergeEnv(base, extra []string) []string {
-	out := append([]string(nil), base...)
-	for _, kv := range extra {
-		k, _, _ := strings.Cut(kv, "=")
-		replaced := false
-		for i, old := range out {
-			if name, _, _ := strings.Cut(old, "="); name == k {
-				out[i], replaced = kv, true
-				break
-			}
-		}
-		if !replaced {
-			out = append(out, kv)
 		}
 	}
 	return out
