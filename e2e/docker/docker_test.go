@@ -79,7 +79,7 @@ func TestNetNSThroughProxy(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(ws, "f")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 1234 {
 		t.Errorf("file written to the workspace: %v, want owned by 1234", err)
 	}
-	if got := rp.audit.sandboxes(); got["sbx-docker-netns"] < 3 || len(got) != 1 {
+	if got := sandboxes(rp.audit); got["sbx-docker-netns"] < 3 || len(got) != 1 {
 		t.Errorf("audit events by sandbox %v, want at least 3, all from sbx-docker-netns", got)
 	}
 	// The container as Docker sees it.
@@ -212,7 +212,7 @@ func TestInternalNetworkCredential(t *testing.T) {
 			}
 		})
 	}
-	if got := rp.audit.sandboxes(); got[id] < 2 {
+	if got := sandboxes(rp.audit); got[id] < 2 {
 		t.Errorf("audit events by sandbox %v, want at least 2 from %s", got, id)
 	}
 	// The same credential from the host, before and after Close.

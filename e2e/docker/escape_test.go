@@ -5,14 +5,11 @@ package docker_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
+	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,82 +19,6 @@ import (
 )
 
 const canary = "airlock-canary-d0c4e7"
-
-// host is what the host offers that a sandbox must not reach.
-type host struct {
-	tcpPort, udpPort string
-	udpSeen          atomic.Int64
-	extIP            string
-	unixPath         string
-	abstract         string
-	admin            string
-}
-
-func startHost(t *testing.T) *host {
-	t.Helper()
-	h := &host{}
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	_, h.tcpPort, _ = net.SplitHostPort(ln.Addr().String())
-	pc, err := net.ListenPacket("udp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, addr, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			h.udpSeen.Add(1)
-			_, _ = pc.WriteTo(buf[:n], addr)
-		}
-	}()
-	_, h.udpPort, _ = net.SplitHostPort(pc.LocalAddr().String())
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-			h.extIP = ipn.IP.String()
-			break
-		}
-	}
-	h.unixPath = filepath.Join(os.TempDir(), fmt.Sprintf("airlock-e2e-docker-%d.sock", os.Getpid()))
-	_ = os.Remove(h.unixPath)
-	ul, err := net.Listen("unix", h.unixPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ul.Close() })
-	if err := os.Chmod(h.unixPath, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	h.abstract = fmt.Sprintf("airlock-e2e-docker-%d", os.Getpid())
-	al, err := net.Listen("unix", "@"+h.abstract)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
-	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ESCAPED admin")
-	}))
-	t.Cleanup(admin.Close)
-	h.admin = admin.URL
-	return h
-}
 
 // attempt is one escape: the script prints ESCAPED when it gets through. hostControl: the
 // same script run on the host must print ESCAPED, proving it can detect a way out (the
@@ -119,21 +40,21 @@ type attempt struct {
 //     on any host (Docker's seccomp allows ptrace); the boundary is the container, and
 //     tracing anything outside it is impossible without a shared pid namespace (checked
 //     by "host processes are invisible").
-func attempts(h *host) []attempt {
+func attempts(h *e2etest.Host) []attempt {
 	a := []attempt{
-		{"tcp to host loopback IPv4", probe("tcp", "127.0.0.1:"+h.tcpPort), true},
-		{"tcp to host loopback IPv6", probe("tcp", "[::1]:"+h.tcpPort), true},
-		{"udp to host loopback", probe("udp", "127.0.0.1:"+h.udpPort), true},
+		{"tcp to host loopback IPv4", probe("tcp", "127.0.0.1:"+h.TCPPort), true},
+		{"tcp to host loopback IPv6", probe("tcp", "[::1]:"+h.TCPPort), true},
+		{"udp to host loopback", probe("udp", "127.0.0.1:"+h.UDPPort), true},
 		{"dns resolution", probe("dns", "example.com"), false},
-		{"host unix socket in /tmp", probe("unix", h.unixPath), true},
+		{"host unix socket in /tmp", probe("unix", h.UnixPath), true},
 		{"docker socket", probe("unix", "/var/run/docker.sock") + "; " + probe("unix", "/run/docker.sock"), false},
-		{"host abstract unix socket", probe("unix", "@"+h.abstract), true},
-		{"admin API on host loopback", "curl -sS -m 3 --noproxy '*' " + h.admin, true},
-		{"admin API through the proxy", "curl -sS -m 3 " + h.admin, false},
+		{"host abstract unix socket", probe("unix", "@"+h.Abstract), true},
+		{"admin API on host loopback", "curl -sS -m 3 --noproxy '*' " + h.Admin, true},
+		{"admin API through the proxy", "curl -sS -m 3 " + h.Admin, false},
 		{"write outside workspace and /tmp", "for d in / /etc /usr /var /opt /dev /run /bin; do touch $d/airlock-e2e 2>/dev/null && echo ESCAPED $d; done; true", false},
 		{"canary in environment", "env | grep " + canary + " && echo ESCAPED; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep " + canary + " && echo ESCAPED; true", true},
 		{"host processes are invisible", "ls /proc | grep -qx " + fmt.Sprint(os.Getpid()) + " && echo ESCAPED; true", true},
-		{"host paths are not there", "ls " + filepath.Dir(h.unixPath) + "/airlock-e2e-docker-*.sock 2>/dev/null && echo ESCAPED; true", true},
+		{"host paths are not there", "ls " + filepath.Dir(h.UnixPath) + "/airlock-e2e-docker-*.sock 2>/dev/null && echo ESCAPED; true", true},
 		{"user namespace", "unshare -U true && echo ESCAPED; unshare -Ur true && echo ESCAPED; true", true},
 		{"AF_VSOCK socket", probe("socket", "40", "1"), false},
 		{"AF_VSOCK datagram socket", probe("socket", "40", "2"), false},
@@ -142,10 +63,10 @@ func attempts(h *host) []attempt {
 		{"netlink socket", probe("socket", "16", "3"), true},
 		{"mount", "mount -t tmpfs x /tmp && echo ESCAPED; true", false},
 	}
-	if h.extIP != "" {
+	if h.ExtIP != "" {
 		a = append(a,
-			attempt{"tcp to host address", probe("tcp", h.extIP+":"+h.tcpPort), true},
-			attempt{"udp to host address", probe("udp", h.extIP+":"+h.udpPort), true},
+			attempt{"tcp to host address", probe("tcp", h.ExtIP+":"+h.TCPPort), true},
+			attempt{"udp to host address", probe("udp", h.ExtIP+":"+h.UDPPort), true},
 		)
 	}
 	return a
@@ -156,7 +77,7 @@ func attempts(h *host) []attempt {
 // in a stand-in proxy container, credential in HTTP_PROXY).
 func TestEscapes(t *testing.T) {
 	t.Setenv("AIRLOCK_E2E_CANARY", canary)
-	h := startHost(t)
+	h := e2etest.StartHost(t, "airlock-e2e-docker")
 	modes := []struct {
 		name string
 		new  func(t *testing.T) *sandbox.Sandbox
@@ -184,13 +105,13 @@ func TestEscapes(t *testing.T) {
 	}
 }
 
-func try(t *testing.T, h *host, s *sandbox.Sandbox, a attempt) {
-	udpBefore := h.udpSeen.Load()
+func try(t *testing.T, h *e2etest.Host, s *sandbox.Sandbox, a attempt) {
+	udpBefore := h.UDPSeen.Load()
 	out, _ := run(t, s, a.script)
 	if strings.Contains(out, "ESCAPED") {
 		t.Errorf("escaped: %q", out)
 	}
-	if n := h.udpSeen.Load() - udpBefore; n != 0 {
+	if n := h.UDPSeen.Load() - udpBefore; n != 0 {
 		t.Errorf("host UDP server received %d packets from the sandbox, want 0", n)
 	}
 	if a.hostControl {

@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -21,7 +22,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +30,6 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
-	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
@@ -95,29 +94,10 @@ decision := {"action": "allow", "rule": "e2e.read"} if {
 }
 `
 
-type staticResolver []netip.Addr
-
-func (s staticResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
-	return s, nil
-}
-
-type events struct {
-	mu sync.Mutex
-	ev []audit.Event
-}
-
-func (e *events) Record(_ context.Context, ev audit.Event) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.ev = append(e.ev, ev)
-	return nil
-}
-
-func (e *events) sandboxes() map[string]int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// sandboxes counts recorded events by sandbox id.
+func sandboxes(r *e2etest.Recorder) map[string]int {
 	n := map[string]int{}
-	for _, ev := range e.ev {
+	for _, ev := range r.Events() {
 		n[ev.SandboxID]++
 	}
 	return n
@@ -128,7 +108,7 @@ func (e *events) sandboxes() map[string]int {
 type realProxy struct {
 	p      *proxy.Proxy
 	ca     *ca.CA
-	audit  *events
+	audit  *e2etest.Recorder
 	port   string
 	bundle []byte
 }
@@ -163,11 +143,11 @@ func startRealProxy(t testing.TB, requireAuth bool) *realProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp := &realProxy{ca: airlockCA, audit: &events{}}
+	rp := &realProxy{ca: airlockCA, audit: &e2etest.Recorder{}}
 	rp.p, err = proxy.New(proxy.Options{
 		Decider: eng, CA: airlockCA, Auditor: rp.audit, UpstreamCAs: pool, RequireAuth: requireAuth,
 		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver:     staticResolver{netip.MustParseAddr("127.0.0.1")},
+		Resolver:     e2etest.StaticResolver{netip.MustParseAddr("127.0.0.1")},
 	})
 	if err != nil {
 		t.Fatal(err)

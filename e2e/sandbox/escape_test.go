@@ -8,15 +8,11 @@ package sandbox_test
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
+	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,83 +26,6 @@ func TestMain(m *testing.M) {
 }
 
 const canary = "airlock-canary-5f2c9a"
-
-// host is what the host offers that a sandbox must not reach.
-type host struct {
-	tcpPort  string // listening on all addresses, IPv4 and IPv6
-	udpPort  string
-	udpSeen  atomic.Int64
-	extIP    string // a non-loopback address of the host ("" if none)
-	unixPath string // a world-writable unix socket in the host's /tmp
-	abstract string // an abstract unix socket name (without the leading @)
-	admin    string // URL of an "admin API" on host loopback
-}
-
-func startHost(t *testing.T) *host {
-	t.Helper()
-	h := &host{}
-	ln, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	_, h.tcpPort, _ = net.SplitHostPort(ln.Addr().String())
-	pc, err := net.ListenPacket("udp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, addr, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			h.udpSeen.Add(1)
-			_, _ = pc.WriteTo(buf[:n], addr)
-		}
-	}()
-	_, h.udpPort, _ = net.SplitHostPort(pc.LocalAddr().String())
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-			h.extIP = ipn.IP.String()
-			break
-		}
-	}
-	h.unixPath = filepath.Join(os.TempDir(), fmt.Sprintf("airlock-e2e-%d.sock", os.Getpid()))
-	_ = os.Remove(h.unixPath)
-	ul, err := net.Listen("unix", h.unixPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ul.Close() })
-	if err := os.Chmod(h.unixPath, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	h.abstract = fmt.Sprintf("airlock-e2e-%d", os.Getpid())
-	al, err := net.Listen("unix", "@"+h.abstract)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
-	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ESCAPED admin")
-	}))
-	t.Cleanup(admin.Close)
-	h.admin = admin.URL
-	return h
-}
 
 func newSandbox(t *testing.T, o sandbox.Options) *sandbox.Sandbox {
 	t.Helper()
@@ -146,22 +65,22 @@ type attempt struct {
 	hostControl bool
 }
 
-func attempts(h *host, otherWorkspace string) []attempt {
+func attempts(h *e2etest.Host, otherWorkspace string) []attempt {
 	connect := func(fam, addr, port string) string {
 		return py(`import socket; s = socket.socket(socket.` + fam + `); s.settimeout(3); s.connect(("` + addr + `", ` + port + `)); print("ESCAPED")`)
 	}
 	a := []attempt{
-		{"tcp to host loopback IPv4", connect("AF_INET", "127.0.0.1", h.tcpPort), true},
-		{"tcp to host loopback IPv6", connect("AF_INET6", "::1", h.tcpPort), true},
-		{"udp to host loopback", py(`import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b"x", ("127.0.0.1", ` + h.udpPort + `)); s.recv(10); print("ESCAPED")`), true},
-		{"udp to host loopback IPv6", py(`import socket; s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b"x", ("::1", ` + h.udpPort + `)); s.recv(10); print("ESCAPED")`), true},
+		{"tcp to host loopback IPv4", connect("AF_INET", "127.0.0.1", h.TCPPort), true},
+		{"tcp to host loopback IPv6", connect("AF_INET6", "::1", h.TCPPort), true},
+		{"udp to host loopback", py(`import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b"x", ("127.0.0.1", ` + h.UDPPort + `)); s.recv(10); print("ESCAPED")`), true},
+		{"udp to host loopback IPv6", py(`import socket; s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b"x", ("::1", ` + h.UDPPort + `)); s.recv(10); print("ESCAPED")`), true},
 		{"dns resolution", py(`import socket; socket.getaddrinfo("example.com", 443); print("ESCAPED")`), false},
 		{"dns to a resolver directly", py(`import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01", ("8.8.8.8", 53)); s.recv(512); print("ESCAPED")`), false},
-		{"host unix socket in /tmp", py(`import socket; s = socket.socket(socket.AF_UNIX); s.connect("` + h.unixPath + `"); print("ESCAPED")`), true},
+		{"host unix socket in /tmp", py(`import socket; s = socket.socket(socket.AF_UNIX); s.connect("` + h.UnixPath + `"); print("ESCAPED")`), true},
 		{"docker socket", `for p in /run/docker.sock /var/run/docker.sock; do ` + py(`import socket,sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print("ESCAPED")`) + ` $p; done`, false},
-		{"host abstract unix socket", py(`import socket; s = socket.socket(socket.AF_UNIX); s.connect("\0` + h.abstract + `"); print("ESCAPED")`), true},
-		{"admin API on host loopback", "curl -sS -m 3 --noproxy '*' " + h.admin, true},
-		{"admin API through the proxy", "curl -sS -m 3 " + h.admin, false},
+		{"host abstract unix socket", py(`import socket; s = socket.socket(socket.AF_UNIX); s.connect("\0` + h.Abstract + `"); print("ESCAPED")`), true},
+		{"admin API on host loopback", "curl -sS -m 3 --noproxy '*' " + h.Admin, true},
+		{"admin API through the proxy", "curl -sS -m 3 " + h.Admin, false},
 		{"read /etc/shadow", "cat /etc/shadow && echo ESCAPED", true},
 		{"list /root", "ls /root && echo ESCAPED", true},
 		{"other sandbox's workspace", "cat " + otherWorkspace + "/secret.txt && echo ESCAPED; cat /proc/*/root/workspace/secret.txt 2>/dev/null && echo ESCAPED", false},
@@ -174,10 +93,10 @@ func attempts(h *host, otherWorkspace string) []attempt {
 		{"AF_PACKET socket", py(`import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW); print("ESCAPED")`), true},
 		{"mount", "mount -t tmpfs x /tmp && echo ESCAPED; true", false},
 	}
-	if h.extIP != "" {
+	if h.ExtIP != "" {
 		a = append(a,
-			attempt{"tcp to host address", connect("AF_INET", h.extIP, h.tcpPort), true},
-			attempt{"icmp to host address", py(`import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP); s.settimeout(2); s.sendto(b"\x08\x00\xf7\xff\x00\x00\x00\x00", ("` + h.extIP + `", 0)); s.recv(64); print("ESCAPED")`), false},
+			attempt{"tcp to host address", connect("AF_INET", h.ExtIP, h.TCPPort), true},
+			attempt{"icmp to host address", py(`import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP); s.settimeout(2); s.sendto(b"\x08\x00\xf7\xff\x00\x00\x00\x00", ("` + h.ExtIP + `", 0)); s.recv(64); print("ESCAPED")`), false},
 		)
 	}
 	return a
@@ -185,7 +104,7 @@ func attempts(h *host, otherWorkspace string) []attempt {
 
 func TestEscapes(t *testing.T) {
 	t.Setenv("AIRLOCK_E2E_CANARY", canary)
-	h := startHost(t)
+	h := e2etest.StartHost(t, "airlock-e2e")
 	other := t.TempDir()
 	if err := os.WriteFile(filepath.Join(other, "secret.txt"), []byte("other"), 0o644); err != nil {
 		t.Fatal(err)
@@ -194,12 +113,12 @@ func TestEscapes(t *testing.T) {
 	s := newSandbox(t, sandbox.Options{Workspace: t.TempDir(), Proxy: sandboxtest.NewProxy(), Pids: 64, Memory: 256 << 20})
 	for _, a := range attempts(h, other) {
 		t.Run(a.name, func(t *testing.T) {
-			udpBefore := h.udpSeen.Load()
+			udpBefore := h.UDPSeen.Load()
 			res := run(t, s, a.script)
 			if strings.Contains(string(res.Stdout), "ESCAPED") {
 				t.Errorf("escaped: stdout %q stderr %q", res.Stdout, res.Stderr)
 			}
-			if n := h.udpSeen.Load() - udpBefore; n != 0 {
+			if n := h.UDPSeen.Load() - udpBefore; n != 0 {
 				t.Errorf("host UDP server received %d packets from the sandbox, want 0", n)
 			}
 			if a.hostControl {

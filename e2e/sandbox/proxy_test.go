@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -14,10 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
@@ -41,31 +40,13 @@ decision := {"action": "allow", "rule": "e2e.read"} if {
 }
 `
 
-type staticResolver []netip.Addr
-
-func (s staticResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
-	return s, nil
-}
-
-type events struct {
-	mu sync.Mutex
-	ev []audit.Event
-}
-
-func (e *events) Record(_ context.Context, ev audit.Event) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.ev = append(e.ev, ev)
-	return nil
-}
-
 // realProxy is the airlock proxy with real OPA and an HTTPS upstream "upstream.test" whose
 // certificate comes from its own CA; the sandbox trusts airlock's CA only through the
 // environment the sandbox module builds.
 type realProxy struct {
 	p        *proxy.Proxy
 	ca       *ca.CA
-	audit    *events
+	audit    *e2etest.Recorder
 	upstream *httptest.Server
 	port     string
 }
@@ -89,11 +70,11 @@ func startRealProxy(t *testing.T) *realProxy {
 	pool := x509.NewCertPool()
 	pool.AddCert(upCA.Certificate())
 	airlockCA, _ := ca.New()
-	rp := &realProxy{ca: airlockCA, audit: &events{}, upstream: up}
+	rp := &realProxy{ca: airlockCA, audit: &e2etest.Recorder{}, upstream: up}
 	rp.p, err = proxy.New(proxy.Options{
 		Decider: eng, CA: airlockCA, Auditor: rp.audit, UpstreamCAs: pool,
 		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver:     staticResolver{netip.MustParseAddr("127.0.0.1")},
+		Resolver:     e2etest.StaticResolver{netip.MustParseAddr("127.0.0.1")},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -164,10 +145,8 @@ except e.HTTPError as x:
 	if out, code := runIn(t, sb, "unset CURL_CA_BUNDLE SSL_CERT_FILE; curl -sS --cacert /dev/null "+base+"/allowed"); code == 0 {
 		t.Errorf("curl trusted the interception without airlock's CA: %q", out)
 	}
-	rp.audit.mu.Lock()
-	defer rp.audit.mu.Unlock()
 	n := 0
-	for _, ev := range rp.audit.ev {
+	for _, ev := range rp.audit.Events() {
 		if ev.SandboxID != "sbx-clients" || ev.Labels["task"] != "e2e" {
 			t.Errorf("event attributed to %q %v, want sbx-clients task=e2e", ev.SandboxID, ev.Labels)
 		}
@@ -197,9 +176,7 @@ func TestTwoSandboxesAreAttributedApart(t *testing.T) {
 			t.Fatalf("sandbox %s: %q", sb.ID(), out)
 		}
 	}
-	rp.audit.mu.Lock()
-	defer rp.audit.mu.Unlock()
-	for _, ev := range rp.audit.ev {
+	for _, ev := range rp.audit.Events() {
 		if ev.Kind != "request" {
 			continue
 		}
