@@ -122,7 +122,7 @@ print(r.status_code, r.headers['X-Airlock-Rule'], r.headers['X-Airlock-Reason'])
 			}
 		})
 	}
-	for _, ev := range e.audit.all() {
+	for _, ev := range e.audit.Events() {
 		if ev.SandboxID != "sbx-clients" {
 			t.Errorf("audit event attributed to %q, want sbx-clients: %+v", ev.SandboxID, ev)
 		}

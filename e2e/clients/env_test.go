@@ -14,6 +14,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -26,7 +27,6 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/approval"
-	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
@@ -80,34 +80,10 @@ decision := {"action": "approve", "rule": "clients.git_push", "reason": "a push 
 }
 `
 
-type staticResolver []netip.Addr
-
-func (s staticResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
-	return s, nil
-}
-
-type recorder struct {
-	mu sync.Mutex
-	ev []audit.Event
-}
-
-func (r *recorder) Record(_ context.Context, ev audit.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ev = append(r.ev, ev)
-	return nil
-}
-
-func (r *recorder) all() []audit.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]audit.Event(nil), r.ev...)
-}
-
 type env struct {
 	proxy     *proxy.Proxy
 	ca        *ca.CA
-	audit     *recorder
+	audit     *e2etest.Recorder
 	approval  *approval.Service
 	port      string // the one HTTPS upstream port, for every test host
 	plainPort string // a plain HTTP upstream (upstream.test only)
@@ -142,7 +118,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	e := &env{audit: &recorder{}, workspace: filepath.Join(dir, "workspace")}
+	e := &env{audit: &e2etest.Recorder{}, workspace: filepath.Join(dir, "workspace")}
 	if err := os.MkdirAll(e.workspace, 0o777); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +187,7 @@ func newEnv(t *testing.T) *env {
 	e.proxy, err = proxy.New(proxy.Options{
 		Decider: eng, CA: e.ca, Auditor: e.audit, Approver: e.approval, UpstreamCAs: roots,
 		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver:     staticResolver{netip.MustParseAddr("127.0.0.1")},
+		Resolver:     e2etest.StaticResolver{netip.MustParseAddr("127.0.0.1")},
 		Limits:       proxy.Limits{MaxBodyBytes: e.approval.MaxBody()},
 	})
 	if err != nil {
