@@ -8,9 +8,11 @@ import (
 // DefaultPath is PATH inside a sandbox.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// caVariables point common clients at the sandbox's CA bundle.
+// caVariables point common clients at the sandbox's CA bundle. DESIGN.md's list, plus
+// npm_config_cafile: npm reads no other variable, and outside Debian (whose /etc/npmrc
+// names the system bundle) it would not trust airlock's CA.
 var caVariables = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-	"NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT"}
+	"NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT", "npm_config_cafile"}
 
 // baseEnv builds a sandbox's environment from nothing: no variable of the parent is
 // inherited. Explicit Options.Env entries come last and win.

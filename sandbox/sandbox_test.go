@@ -61,7 +61,7 @@ func TestEnvironmentIsBuiltNotInherited(t *testing.T) {
 		"PATH=" + sandbox.DefaultPath, "HOME=/home/sandbox", "LANG=de_DE.UTF-8", "FOO=bar",
 		"HTTP_PROXY=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128", "NO_PROXY=\n",
 		"NODE_USE_ENV_PROXY=1", "SSL_CERT_FILE=/run/airlock/ca-bundle.pem", "PIP_CERT=/run/airlock/ca-bundle.pem",
-		"GIT_SSL_CAINFO=/run/airlock/ca-bundle.pem", "-----PEM-----",
+		"GIT_SSL_CAINFO=/run/airlock/ca-bundle.pem", "npm_config_cafile=/run/airlock/ca-bundle.pem", "-----PEM-----",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("environment lacks %q:\n%s", want, out)
