@@ -71,6 +71,9 @@ func runProxy(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	defer s.close(context.Background())
+	if len(cfg.Approvals.Approvers) == 0 && cfg.Approvals.Service == "" {
+		log.Warn("approvals: no approvers configured, so nobody can approve what the policy holds", "key", "approvals.approvers")
+	}
 
 	var lns []net.Listener
 	for _, addr := range cfg.Listen {

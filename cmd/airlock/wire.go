@@ -134,9 +134,6 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 		return nil, fmt.Errorf("approvals: %w", err)
 	}
 	s.closers = append(s.closers, func(context.Context) error { return s.approvals.Close() })
-	if len(cfg.Approvals.Approvers) == 0 && cfg.Approvals.Service == "" {
-		log.Warn("no approvers configured: requests the policy holds for approval will expire unapproved", "key", "approvals.approvers")
-	}
 	var allow []netip.Prefix
 	for _, c := range cfg.AllowPrivate {
 		p, _ := parsePrefix(c)
