@@ -37,6 +37,7 @@ type Sink struct {
 	lastCP  time.Time
 	buf     []Event
 	closed  bool
+	failed  error // why the last Record failed; nil once one succeeds
 
 	stop chan struct{}
 	done chan struct{}
@@ -80,6 +81,27 @@ func Open(opts Options) (*Sink, error) {
 // event is kept in memory until the file works again, and an error is returned only once
 // the buffer is full.
 func (s *Sink) Record(ctx context.Context, ev Event) error {
+	err := s.record(ev)
+	s.mu.Lock()
+	s.failed = err
+	s.mu.Unlock()
+	return err
+}
+
+// Healthy reports whether events are being written (buffered within bounds counts as
+// written): nil, or why the last Record failed. The proxy asks before letting a request
+// through, so that it refuses traffic while the audit log cannot be written (fail closed).
+// A later successful Record (the proxy records its own refusals) clears it.
+func (s *Sink) Healthy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return s.failed
+}
+
+func (s *Sink) record(ev Event) error {
 	if ev.Kind == KindCheckpoint {
 		return fmt.Errorf("audit: event kind %q is reserved", KindCheckpoint)
 	}

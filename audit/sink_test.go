@@ -251,3 +251,30 @@ func TestRecordAfterCloseAndReservedKind(t *testing.T) {
 		t.Errorf("got %v, want ErrClosed", err)
 	}
 }
+
+// The proxy refuses traffic while Healthy reports an error: it must follow Record.
+func TestHealthyFollowsWriteFailureAndRecovery(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.jsonl")
+	s := openSink(t, Options{Path: path})
+	record(t, s, 0, 1)
+	if err := s.Healthy(); err != nil {
+		t.Fatalf("healthy sink: %v", err)
+	}
+	s.mu.Lock()
+	_ = s.f.Close()
+	s.mu.Unlock()
+	if err := s.Record(context.Background(), testEvent(1)); err == nil {
+		t.Fatal("write on a closed file succeeded")
+	}
+	if err := s.Healthy(); err == nil {
+		t.Fatal("Healthy = nil after a failed write; the proxy would let traffic through unaudited")
+	}
+	record(t, s, 2, 1) // the sink reopens the file
+	if err := s.Healthy(); err != nil {
+		t.Errorf("Healthy after recovery: %v", err)
+	}
+	s.Close()
+	if err := s.Healthy(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Healthy after Close = %v, want ErrClosed", err)
+	}
+}

@@ -34,3 +34,8 @@ type Approver interface {
 type Auditor interface {
 	Record(ctx context.Context, ev audit.Event) error
 }
+
+// An Auditor that also has `Healthy() error` (as *audit.Sink does) is asked before each
+// request is let through: while it reports an error, requests are refused with 503
+// (audit.unavailable), so nothing passes unaudited.
+var _ interface{ Healthy() error } = (*audit.Sink)(nil)

@@ -455,3 +455,48 @@ func TestHTTP2ToUpstreamWhereOffered(t *testing.T) {
 		t.Errorf("upstream offering h2: %d %q, want 200 proto=HTTP/2.0", resp.StatusCode, body)
 	}
 }
+
+func TestFailingAuditLogRefusesTraffic(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	sink, err := audit.Open(audit.Options{Path: "/dev/full"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	e := newEnv(t, func(o *Options) { o.Auditor = sink })
+	c := e.client(nil)
+	// The first request's event cannot be written; from then on nothing goes through.
+	get(t, c, "GET", e.http.URL+"/allowed/1", "")
+	for _, u := range []string{e.http.URL + "/allowed/2", e.https.URL + "/allowed/3"} {
+		resp, err := c.Get(u)
+		if err != nil {
+			if !strings.Contains(err.Error(), "Service Unavailable") {
+				t.Errorf("%s with a failing audit log: %v, want 503", u, err)
+			}
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || resp.Header.Get("X-Airlock-Rule") != "audit.unavailable" {
+			t.Errorf("%s with a failing audit log: %d %q, want 503 audit.unavailable", u, resp.StatusCode, body)
+		}
+	}
+	select {
+	case r := <-e.upstream:
+		if r.URL.Path != "/allowed/1" {
+			t.Errorf("upstream received %s after the audit log failed", r.URL.Path)
+		}
+	default:
+	}
+	for {
+		select {
+		case r := <-e.upstream:
+			t.Errorf("upstream received %s after the audit log failed", r.URL.Path)
+			continue
+		default:
+		}
+		break
+	}
+}
