@@ -34,6 +34,7 @@ type Config struct {
 	Audit        AuditConfig                         `yaml:"audit"`
 	Limits       LimitsConfig                        `yaml:"limits"`
 	Log          LogConfig                           `yaml:"log"`
+	Telemetry    TelemetryConfig                     `yaml:"telemetry"` // exporters come from the OTEL_* variables
 	Vault        secrets.VaultConfig                 `yaml:"vault"`
 	Credentials  map[string]secrets.CredentialConfig `yaml:"credentials"`
 	Approvals    approval.Config                     `yaml:"approvals"`
@@ -69,6 +70,13 @@ type LimitsConfig struct {
 	UpstreamHeaderTimeout time.Duration `yaml:"upstream_header_timeout"`
 	MaxInFlightPerSandbox int           `yaml:"max_inflight_per_sandbox"`
 	MaxConnsPerListener   int           `yaml:"max_conns_per_listener"`
+}
+
+// TelemetryConfig tunes spans; where they go is set by the standard OTEL_* variables.
+type TelemetryConfig struct {
+	// TrustClientTraceparent makes a sandbox's traceparent the parent of airlock's span
+	// instead of a link (only when the sandboxes' traces are trusted).
+	TrustClientTraceparent bool `yaml:"trust_client_traceparent"`
 }
 
 // LogConfig sets the proxy's own log.

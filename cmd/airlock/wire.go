@@ -158,7 +158,7 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 		RequireAuth:    cfg.RequireAuth,
 		ReportOnly:     cfg.ReportOnly,
 		PolicyRevision: s.engine.Revision,
-		Telemetry:      &proxy.OTel{T: s.telemetry},
+		Telemetry:      &proxy.OTel{T: s.telemetry, TrustClientTraceparent: cfg.Telemetry.TrustClientTraceparent},
 		Logger:         log,
 		Limits: proxy.Limits{
 			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxBodyBytes: int64(cfg.Approvals.MaxBody),
