@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-proxy/airlock/internal/procstat"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -115,26 +116,6 @@ func allocateSlot(dir, id string) (string, int, error) {
 	return "", 0, errors.New("reserve uid range: all slots in use")
 }
 
-// processStart is the start time of pid in clock ticks since boot (0 if unknown), which
-// tells a live owner from a reused pid.
-func processStart(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	fields := strings.Fields(s[i+1:])
-	if len(fields) < 20 {
-		return 0
-	}
-	n, _ := strconv.ParseUint(fields[19], 10, 64)
-	return n
-}
-
 // ownerAlive reports whether the process recorded in a sandbox directory still runs.
 func ownerAlive(dir string) bool {
 	b, err := os.ReadFile(filepath.Join(dir, "owner"))
@@ -150,7 +131,7 @@ func ownerAlive(dir string) bool {
 	if err1 != nil || err2 != nil {
 		return false
 	}
-	return processStart(pid) == start && start != 0
+	return procstat.StartTime(pid) == start && start != 0
 }
 
 // Cleanup removes what sandboxes of earlier, no longer running airlock processes left

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-proxy/airlock/internal/procstat"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -286,7 +287,7 @@ func (in *nativeInstance) attachProxy() error {
 func (in *nativeInstance) NetNSInode() uint64 { return in.netns }
 
 func writeOwner(dir string) error {
-	b := []byte(strconv.Itoa(os.Getpid()) + " " + strconv.FormatUint(processStart(os.Getpid()), 10))
+	b := []byte(strconv.Itoa(os.Getpid()) + " " + strconv.FormatUint(procstat.StartTime(os.Getpid()), 10))
 	if err := os.WriteFile(filepath.Join(dir, "owner"), b, 0o600); err != nil {
 		return fmt.Errorf("write owner: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-proxy/airlock/internal/procstat"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,7 +24,7 @@ const OwnerLabel = "org.airlock-proxy.owner"
 func owner() string {
 	h, _ := os.Hostname()
 	pid := os.Getpid()
-	return fmt.Sprintf("%s/%d/%d", h, pid, processStart(pid))
+	return fmt.Sprintf("%s/%d/%d", h, pid, procstat.StartTime(pid))
 }
 
 // ownerGone reports whether the owner named by v is a process of this host that no
@@ -39,26 +40,7 @@ func ownerGone(v string) bool {
 	if err1 != nil || err2 != nil {
 		return false
 	}
-	return processStart(pid) != start
-}
-
-// processStart is field 22 of /proc/PID/stat, or 0 when the process does not exist.
-func processStart(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
+	return procstat.StartTime(pid) != start
 }
 
 // RemoveLeftovers removes the containers, networks and state directories of sandboxes
