@@ -41,10 +41,22 @@ func (v *BundleVerification) config() (*bundle.VerificationConfig, error) {
 	if alg == "" {
 		alg = "RS256"
 	}
-	kc, err := keys.NewKeyConfig(v.PublicKey, alg, v.Scope)
-	if err != nil {
-		return nil, fmt.Errorf("bundle verification key: %w", err)
+	// A key in PEM form is used as is; anything else names a file. (OPA's keys.NewKeyConfig
+	// stats the PEM text as a path first, which fails with ENAMETOOLONG whenever a run of
+	// base64 between two '/' is longer than a file name may be.)
+	key := v.PublicKey
+	if !strings.Contains(key, "-----BEGIN") {
+		b, err := os.ReadFile(key)
+		switch {
+		case err == nil:
+			key = string(b)
+		case strings.HasPrefix(alg, "HS"):
+			// an HMAC secret given inline
+		default:
+			return nil, fmt.Errorf("bundle verification key: %w", err)
+		}
 	}
+	kc := &keys.Config{Key: key, Algorithm: alg, Scope: v.Scope}
 	return bundle.NewVerificationConfig(map[string]*bundle.KeyConfig{id: kc}, id, v.Scope, nil), nil
 }
 
