@@ -10,12 +10,9 @@ package docker_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
@@ -32,7 +29,6 @@ import (
 
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 )
@@ -77,23 +73,6 @@ func setup(m *testing.M) int {
 	return m.Run()
 }
 
-const e2ePolicy = `package airlock
-
-default decision := {"action": "deny", "rule": "e2e.default", "reason": "not on the e2e allowlist"}
-
-decision := {"action": "allow", "rule": "e2e.connect"} if {
-	input.phase == "connect"
-	input.request.host == "upstream.test"
-}
-
-decision := {"action": "allow", "rule": "e2e.read"} if {
-	input.phase == "request"
-	input.request.host == "upstream.test"
-	input.request.method == "GET"
-	startswith(input.request.path, "/allowed")
-}
-`
-
 // sandboxes counts recorded events by sandbox id.
 func sandboxes(r *e2etest.Recorder) map[string]int {
 	n := map[string]int{}
@@ -115,30 +94,10 @@ type realProxy struct {
 
 func startRealProxy(t testing.TB, requireAuth bool) *realProxy {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(e2ePolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	upCA, err := ca.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := upCA.Leaf("upstream.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	eng := e2etest.Engine(t, e2etest.UpstreamPolicy)
+	up, pool := e2etest.TLSUpstream(t, "upstream.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello %s %s", r.Method, r.URL.Path)
 	}))
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
-	up.StartTLS()
-	t.Cleanup(up.Close)
-	pool := x509.NewCertPool()
-	pool.AddCert(upCA.Certificate())
 	airlockCA, err := ca.New()
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ package sandbox_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"net/http"
@@ -13,32 +11,13 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
 )
-
-const e2ePolicy = `package airlock
-
-default decision := {"action": "deny", "rule": "e2e.default", "reason": "not on the e2e allowlist"}
-
-decision := {"action": "allow", "rule": "e2e.connect"} if {
-	input.phase == "connect"
-	input.request.host == "upstream.test"
-}
-
-decision := {"action": "allow", "rule": "e2e.read"} if {
-	input.phase == "request"
-	input.request.host == "upstream.test"
-	input.request.method == "GET"
-	startswith(input.request.path, "/allowed")
-}
-`
 
 // realProxy is the airlock proxy with real OPA and an HTTPS upstream "upstream.test" whose
 // certificate comes from its own CA; the sandbox trusts airlock's CA only through the
@@ -53,24 +32,13 @@ type realProxy struct {
 
 func startRealProxy(t *testing.T) *realProxy {
 	t.Helper()
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(e2ePolicy), 0o600)
-	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	upCA, _ := ca.New()
-	leaf, _ := upCA.Leaf("upstream.test")
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	eng := e2etest.Engine(t, e2etest.UpstreamPolicy)
+	up, pool := e2etest.TLSUpstream(t, "upstream.test", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello %s %s", r.Method, r.URL.Path)
 	}))
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
-	up.StartTLS()
-	t.Cleanup(up.Close)
-	pool := x509.NewCertPool()
-	pool.AddCert(upCA.Certificate())
 	airlockCA, _ := ca.New()
 	rp := &realProxy{ca: airlockCA, audit: &e2etest.Recorder{}, upstream: up}
+	var err error
 	rp.p, err = proxy.New(proxy.Options{
 		Decider: eng, CA: airlockCA, Auditor: rp.audit, UpstreamCAs: pool,
 		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
