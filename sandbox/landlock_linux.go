@@ -7,14 +7,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// restrictLandlock confines writes of the calling thread (and what it execs) to the given
-// directories and scopes abstract unix sockets and signals to the sandbox, as far as the
-// kernel's Landlock ABI allows; without Landlock it does nothing (the read-only mounts still
-// hold). no_new_privs must already be set.
-func restrictLandlock(writable []string) error {
+// landlockSupport is what a command's Landlock ruleset handles on this kernel: every kind of
+// write (confined to the writable directories) and, from ABI 6, abstract unix sockets and
+// signals scoped to the sandbox. Zero when the kernel has no Landlock (the read-only mounts
+// still hold).
+func landlockSupport() landlockRules {
 	abi, err := ll.LandlockGetABIVersion()
 	if err != nil || abi < 1 {
-		return nil
+		return landlockRules{}
 	}
 	write := uint64(ll.AccessFSWriteFile | ll.AccessFSRemoveDir | ll.AccessFSRemoveFile |
 		ll.AccessFSMakeChar | ll.AccessFSMakeDir | ll.AccessFSMakeReg | ll.AccessFSMakeSock |
@@ -25,10 +25,20 @@ func restrictLandlock(writable []string) error {
 	if abi >= 3 {
 		write |= ll.AccessFSTruncate
 	}
-	attr := ll.RulesetAttr{HandledAccessFS: write}
+	r := landlockRules{HandledFS: write}
 	if abi >= 6 {
-		attr.Scoped = ll.ScopeAbstractUnixSocket | ll.ScopeSignal
+		r.Scoped = ll.ScopeAbstractUnixSocket | ll.ScopeSignal
 	}
+	return r
+}
+
+// restrictLandlock confines the calling thread (and what it execs) by rules, allowing writes
+// beneath the writable directories. no_new_privs must already be set.
+func restrictLandlock(rules landlockRules, writable []string) error {
+	if rules.HandledFS == 0 {
+		return nil
+	}
+	attr := ll.RulesetAttr{HandledAccessFS: rules.HandledFS, Scoped: rules.Scoped}
 	fd, err := ll.LandlockCreateRuleset(&attr, 0)
 	if err != nil {
 		return fmt.Errorf("create landlock ruleset: %w", err)
@@ -39,7 +49,7 @@ func restrictLandlock(writable []string) error {
 		if err != nil {
 			continue
 		}
-		rule := ll.PathBeneathAttr{AllowedAccess: write, ParentFd: dfd}
+		rule := ll.PathBeneathAttr{AllowedAccess: rules.HandledFS, ParentFd: dfd}
 		err = ll.LandlockAddPathBeneathRule(fd, &rule, 0)
 		unix.Close(dfd)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -28,92 +29,108 @@ var hostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
 const roFlags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 
-// buildRoot assembles the sandbox's file system under cfg.NewRoot and pivots into it. It runs
-// in the holder, in its own mount namespace, as root of the initial user namespace.
-func buildRoot(cfg *holderConfig) error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
-	}
+// rootConfig describes a sandbox's file system.
+type rootConfig struct {
+	Rootfs        string
+	RootPaths     []string
+	ReadOnlyPaths []string
+	NewRoot       string // mount point of the new root, in the sandbox's state directory
+	Workspace     string
+	WorkspaceMode WorkspaceMode
+	LowerDir      string // copy-on-write layers, in the state directory
+	UpperDir      string
+	WorkDir       string
+	TmpSize       int64
+	UIDBase       int
+	CABundle      []byte
+	IdmapFD       int // the id-map user namespace's descriptor in the holder; -1 when absent
+}
+
+// A mountOp is one step of building a sandbox's file system. The parent plans the steps
+// (it sees the same host file system, so it can decide what exists and what is a link);
+// the holder, inside the sandbox's mount namespace, carries them out in order and stops at
+// the first failure, reporting Desc and the error number. Kinds and their Args:
+//
+//	mount   source, target, fstype, flags (decimal), data    mount(2); empty data is NULL
+//	mkdir   path                                             mkdir -p, mode 0755
+//	touch   path                                             create an empty file (and parents)
+//	symlink target, path
+//	write   path, content                                    create a 0644 file (and parents)
+//	tree    source, target, attr_set (decimal), userns fd    open_tree clone, mount_setattr
+//	                                                          (idmapped when fd >= 0), move_mount
+//	pivot   new root                                         pivot_root and detach the old root
+type mountOp struct {
+	Kind string
+	Desc string
+	Args []string
+}
+
+// opArgs is the number of arguments of each kind of mountOp.
+var opArgs = map[string]int{"mount": 5, "mkdir": 1, "touch": 1, "symlink": 2, "write": 2, "tree": 4, "pivot": 1}
+
+type plan struct{ ops []mountOp }
+
+func (p *plan) add(kind, desc string, args ...string) {
+	p.ops = append(p.ops, mountOp{Kind: kind, Desc: desc, Args: args})
+}
+
+func (p *plan) mount(desc, src, dst, fstype string, flags uintptr, data string) {
+	p.add("mount", desc, src, dst, fstype, strconv.FormatUint(uint64(flags), 10), data)
+}
+
+func (p *plan) mkdir(path string) { p.add("mkdir", "create mount point "+path, path) }
+
+// mountAt creates dst and mounts there.
+func (p *plan) mountAt(src, dst, fstype string, flags uintptr, data string) {
+	p.mkdir(dst)
+	p.mount(fmt.Sprintf("mount %s on %s", fstype, dst), src, dst, fstype, flags, data)
+}
+
+func (p *plan) tmpfs(dst, opts string) {
+	p.mountAt("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
+}
+
+func (p *plan) symlink(target, path string) { p.add("symlink", "link "+path, target, path) }
+
+// planRoot plans the sandbox's file system under cfg.NewRoot and the pivot into it.
+func planRoot(cfg *rootConfig) ([]mountOp, error) {
+	p := &plan{}
+	p.mount("make mounts private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
 	root := cfg.NewRoot
-	if err := unix.Mount("airlock", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m"); err != nil {
-		return fmt.Errorf("mount root tmpfs: %w", err)
-	}
+	p.mount("mount root tmpfs", "airlock", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m")
 	for _, name := range cfg.RootPaths {
-		if err := bindRootEntry(filepath.Join(cfg.Rootfs, name), filepath.Join(root, name)); err != nil {
-			return err
+		if err := p.rootEntry(filepath.Join(cfg.Rootfs, name), filepath.Join(root, name)); err != nil {
+			return nil, err
 		}
 	}
-	for _, p := range cfg.ReadOnlyPaths {
-		if err := bindReadOnly(p, filepath.Join(root, p)); err != nil {
-			return err
+	for _, path := range cfg.ReadOnlyPaths {
+		if err := p.bindReadOnly(path, filepath.Join(root, path)); err != nil {
+			return nil, err
 		}
 	}
 	uid, gid := cfg.UIDBase+sandboxUID, cfg.UIDBase+sandboxGID
-	tmps := []struct {
-		dir, opts string
-	}{
-		{"tmp", fmt.Sprintf("mode=1777,size=%d", cfg.TmpSize)},
-		{"run", "mode=0755,size=1m"},
-		{"home", "mode=0755,size=1m"},
-		{"var", "mode=0755,size=1m"},
-	}
-	for _, t := range tmps {
-		if err := mountTmpfs(filepath.Join(root, t.dir), t.opts); err != nil {
-			return err
-		}
-	}
-	if err := os.Symlink("../tmp", filepath.Join(root, "var/tmp")); err != nil {
-		return fmt.Errorf("link /var/tmp: %w", err)
-	}
-	if err := os.Symlink("../run", filepath.Join(root, "var/run")); err != nil {
-		return fmt.Errorf("link /var/run: %w", err)
-	}
-	home := filepath.Join(root, homeDir)
-	if err := mountTmpfs(home, fmt.Sprintf("mode=0700,size=%d,uid=%d,gid=%d", cfg.TmpSize, uid, gid)); err != nil {
-		return err
-	}
-	if err := buildDev(filepath.Join(root, "dev")); err != nil {
-		return err
-	}
-	if err := mountAt("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return err
-	}
-	if err := mountWorkspace(cfg, filepath.Join(root, workspaceDir)); err != nil {
-		return err
-	}
-	if err := writeCABundle(root, cfg.CABundle); err != nil {
-		return err
-	}
+	p.tmpfs(filepath.Join(root, "tmp"), fmt.Sprintf("mode=1777,size=%d", cfg.TmpSize))
 	for _, dir := range []string{"run", "home", "var"} {
-		if err := unix.Mount("", filepath.Join(root, dir), "", unix.MS_REMOUNT|roFlags, ""); err != nil {
-			return fmt.Errorf("remount /%s read-only: %w", dir, err)
-		}
+		p.tmpfs(filepath.Join(root, dir), "mode=0755,size=1m")
 	}
-	return pivot(root)
+	p.symlink("../tmp", filepath.Join(root, "var/tmp"))
+	p.symlink("../run", filepath.Join(root, "var/run"))
+	p.tmpfs(filepath.Join(root, homeDir), fmt.Sprintf("mode=0700,size=%d,uid=%d,gid=%d", cfg.TmpSize, uid, gid))
+	p.dev(filepath.Join(root, "dev"))
+	p.mountAt("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	p.workspace(cfg, filepath.Join(root, workspaceDir))
+	p.caBundle(cfg, root)
+	for _, dir := range []string{"run", "home", "var"} {
+		p.mount("remount /"+dir+" read-only", "", filepath.Join(root, dir), "", unix.MS_REMOUNT|roFlags, "")
+	}
+	p.add("pivot", "pivot into the sandbox root", root)
+	p.mount("remount / read-only", "", "/", "", unix.MS_REMOUNT|roFlags, "")
+	return p.ops, nil
 }
 
-func pivot(root string) error {
-	if err := unix.Chdir(root); err != nil {
-		return fmt.Errorf("enter new root: %w", err)
-	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
-	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detach old root: %w", err)
-	}
-	if err := unix.Chdir("/"); err != nil {
-		return fmt.Errorf("chdir /: %w", err)
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|roFlags, ""); err != nil {
-		return fmt.Errorf("remount / read-only: %w", err)
-	}
-	return nil
-}
-
-// bindRootEntry reproduces one top-level entry of the root file system: a symlink is copied,
+// rootEntry reproduces one top-level entry of the root file system: a symlink is copied,
 // a directory bound read-only; a missing entry is skipped.
-func bindRootEntry(src, dst string) error {
+func (p *plan) rootEntry(src, dst string) error {
 	fi, err := os.Lstat(src)
 	if os.IsNotExist(err) {
 		return nil
@@ -127,121 +144,91 @@ func bindRootEntry(src, dst string) error {
 		if err != nil {
 			return fmt.Errorf("read link %s: %w", src, err)
 		}
-		if err := os.Symlink(target, dst); err != nil {
-			return fmt.Errorf("link %s: %w", dst, err)
-		}
+		p.symlink(target, dst)
 		return nil
 	case fi.IsDir():
-		return bindReadOnly(src, dst)
+		return p.bindReadOnly(src, dst)
 	default:
 		return nil
 	}
 }
 
 // bindReadOnly binds src (not its sub-mounts) read-only, nosuid, nodev at dst.
-func bindReadOnly(src, dst string) error {
+func (p *plan) bindReadOnly(src, dst string) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return fmt.Errorf("read-only path %s: %w", src, err)
 	}
 	if fi.IsDir() {
-		err = os.MkdirAll(dst, 0o755)
+		p.mkdir(dst)
 	} else {
-		err = touch(dst)
+		p.add("touch", "create mount point "+dst, dst)
 	}
-	if err != nil {
-		return fmt.Errorf("create mount point %s: %w", dst, err)
-	}
-	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind %s: %w", src, err)
-	}
-	if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, ""); err != nil {
-		return fmt.Errorf("remount %s read-only: %w", dst, err)
-	}
+	p.mount("bind "+src, src, dst, "", unix.MS_BIND, "")
+	p.mount("remount "+dst+" read-only", "", dst, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, "")
 	return nil
 }
 
-func touch(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-func mountAt(src, dst, fstype string, flags uintptr, data string) error {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return fmt.Errorf("create mount point %s: %w", dst, err)
-	}
-	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
-		return fmt.Errorf("mount %s on %s: %w", fstype, dst, err)
-	}
-	return nil
-}
-
-func mountTmpfs(dst, opts string) error {
-	return mountAt("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
-}
-
-// buildDev creates a minimal /dev: a few host device nodes, a private devpts, shm and links.
-func buildDev(dev string) error {
-	if err := mountTmpfs(dev, "mode=0755,size=64k"); err != nil {
-		return err
-	}
+// dev plans a minimal /dev: a few host device nodes, a private devpts, shm and links.
+func (p *plan) dev(dev string) {
+	p.tmpfs(dev, "mode=0755,size=64k")
 	for _, name := range hostDevices {
 		dst := filepath.Join(dev, name)
-		if err := touch(dst); err != nil {
-			return fmt.Errorf("create /dev/%s: %w", name, err)
-		}
-		if err := unix.Mount("/dev/"+name, dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind /dev/%s: %w", name, err)
-		}
-		if err := unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
-			return fmt.Errorf("remount /dev/%s: %w", name, err)
-		}
+		p.add("touch", "create /dev/"+name, dst)
+		p.mount("bind /dev/"+name, "/dev/"+name, dst, "", unix.MS_BIND, "")
+		p.mount("remount /dev/"+name, "", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NOEXEC, "")
 	}
-	if err := mountAt("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC,
-		"newinstance,ptmxmode=0666,mode=0620"); err != nil {
-		return err
-	}
-	if err := mountTmpfs(filepath.Join(dev, "shm"), "mode=1777,size=64m"); err != nil {
-		return err
-	}
+	p.mountAt("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+	p.tmpfs(filepath.Join(dev, "shm"), "mode=1777,size=64m")
 	links := [][2]string{{"pts/ptmx", "ptmx"}, {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
 		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}}
 	for _, l := range links {
-		if err := os.Symlink(l[0], filepath.Join(dev, l[1])); err != nil {
-			return fmt.Errorf("link /dev/%s: %w", l[1], err)
-		}
+		p.symlink(l[0], filepath.Join(dev, l[1]))
 	}
-	return unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_RDONLY, "mode=0755,size=64k")
+	p.mount("remount /dev read-only", "", dev, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_RDONLY, "mode=0755,size=64k")
 }
 
-func writeCABundle(root string, pem []byte) error {
-	if len(pem) == 0 {
-		return nil
+// workspace mounts the host workspace at dst. The mount is idmapped so that the workspace
+// owner's files appear as owned by the sandbox user and what the sandbox writes is owned by
+// the workspace owner on the host. In cow mode the idmapped tree is the lower layer of an
+// overlay whose upper layer lives in the sandbox's state directory.
+func (p *plan) workspace(cfg *rootConfig, dst string) {
+	if cfg.Workspace == "" {
+		return
+	}
+	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if cfg.WorkspaceMode != WorkspaceRW {
+		attr |= unix.MOUNT_ATTR_RDONLY
+	}
+	if cfg.IdmapFD >= 0 {
+		attr |= unix.MOUNT_ATTR_IDMAP
+	}
+	target := dst
+	if cfg.WorkspaceMode == WorkspaceCoW {
+		target = cfg.LowerDir
+	}
+	p.add("tree", "mount workspace "+cfg.Workspace, cfg.Workspace, target,
+		strconv.FormatUint(attr, 10), strconv.Itoa(cfg.IdmapFD))
+	if cfg.WorkspaceMode == WorkspaceCoW {
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", cfg.LowerDir, cfg.UpperDir, cfg.WorkDir)
+		p.mountAt("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	}
+}
+
+// caBundle writes the CA bundle and shows it in place of the system bundle too, for
+// programs that ignore the CA variables.
+func (p *plan) caBundle(cfg *rootConfig, root string) {
+	if len(cfg.CABundle) == 0 {
+		return
 	}
 	dst := filepath.Join(root, caBundlePath)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return fmt.Errorf("create CA directory: %w", err)
+	p.add("write", "write CA bundle", dst, string(cfg.CABundle))
+	const sysBundle = "etc/ssl/certs/ca-certificates.crt"
+	if _, err := os.Stat(filepath.Join(cfg.Rootfs, sysBundle)); err == nil {
+		sys := filepath.Join(root, sysBundle)
+		p.mount("bind CA bundle", dst, sys, "", unix.MS_BIND, "")
+		p.mount("remount CA bundle", "", sys, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, "")
 	}
-	if err := os.WriteFile(dst, pem, 0o644); err != nil {
-		return fmt.Errorf("write CA bundle: %w", err)
-	}
-	// Programs that ignore the CA variables read the system bundle: show ours there too.
-	sys := filepath.Join(root, "etc/ssl/certs/ca-certificates.crt")
-	if _, err := os.Stat(sys); err == nil {
-		if err := unix.Mount(dst, sys, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind CA bundle: %w", err)
-		}
-		if err := unix.Mount("", sys, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, ""); err != nil {
-			return fmt.Errorf("remount CA bundle: %w", err)
-		}
-	}
-	return nil
 }
 
 func hasPrefixPath(p, dir string) bool {

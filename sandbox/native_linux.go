@@ -108,15 +108,15 @@ func (n *Native) Create(ctx context.Context, o Options) (inst Instance, err erro
 	return in, nil
 }
 
-func (in *nativeInstance) holderConfig() (*holderConfig, error) {
+func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 	o := in.opts
 	root := filepath.Join(in.dir, "root")
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return nil, fmt.Errorf("create root mount point: %w", err)
 	}
-	cfg := &holderConfig{
-		ID: o.ID, Rootfs: o.Rootfs, RootPaths: defaultRootPaths, ReadOnlyPaths: o.ReadOnlyPaths,
-		NewRoot: root, Workspace: o.Workspace, WorkspaceMode: string(o.WorkspaceMode),
+	cfg := &rootConfig{
+		Rootfs: o.Rootfs, RootPaths: defaultRootPaths, ReadOnlyPaths: o.ReadOnlyPaths,
+		NewRoot: root, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
 		TmpSize: o.TmpSize, UIDBase: in.uidBase, CABundle: o.CABundle, IdmapFD: -1,
 	}
 	if o.Workspace != "" {
@@ -146,10 +146,15 @@ func (in *nativeInstance) holderConfig() (*holderConfig, error) {
 }
 
 func (in *nativeInstance) startHolder(ctx context.Context) error {
-	cfg, err := in.holderConfig()
+	cfg, err := in.rootConfig()
 	if err != nil {
 		return err
 	}
+	prog, err := seccompProgram()
+	if err != nil {
+		return err
+	}
+	setup := &setupMessage{Hostname: in.opts.ID, UIDBase: in.uidBase, Seccomp: prog, Landlock: landlockSupport()}
 	parentEnd, childEnd, err := seqpacketPair()
 	if err != nil {
 		return err
@@ -171,8 +176,11 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 		return err
 	}
 	for _, f := range procs {
-		cfg.CgroupFDs = append(cfg.CgroupFDs, 3+len(extra))
+		setup.CgroupFDs = append(setup.CgroupFDs, 3+len(extra))
 		extra = append(extra, f)
+	}
+	if setup.Ops, err = planRoot(cfg); err != nil {
+		return err
 	}
 	in.holder = &exec.Cmd{
 		Path:       "/proc/self/exe",
@@ -193,15 +201,15 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	go func(c *exec.Cmd) { in.waitErr <- c.Wait() }(in.holder)
 	closeFiles(extra)
 	extra = nil
-	if err := sendMsg(int(in.ctrl.Fd()), cfg); err != nil {
+	if err := sendFields(int(in.ctrl.Fd()), setup.fields()); err != nil {
 		return err
 	}
 	var reply holderReply
 	if err := in.recvCtrl(ctx, &reply); err != nil {
 		return fmt.Errorf("set up sandbox: %w", err)
 	}
-	if reply.Error != "" {
-		return fmt.Errorf("set up sandbox: %s", reply.Error)
+	if err := reply.err(); err != nil {
+		return fmt.Errorf("set up sandbox: %w", err)
 	}
 	var st unix.Stat_t
 	if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", in.holder.Process.Pid), &st) == nil {
@@ -213,11 +221,7 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 // recvCtrl waits for the holder's answer, giving up when ctx ends or the holder dies.
 func (in *nativeInstance) recvCtrl(ctx context.Context, v any) error {
 	done := make(chan error, 1)
-	go func() {
-		files, err := recvMsg(int(in.ctrl.Fd()), v)
-		closeFiles(files)
-		done <- err
-	}()
+	go func() { done <- recvJSON(int(in.ctrl.Fd()), v) }()
 	select {
 	case err := <-done:
 		return err

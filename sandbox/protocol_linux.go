@@ -1,73 +1,179 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
 
-// The parent and a sandbox's holder talk over SOCK_SEQPACKET socket pairs: one JSON message
-// per packet, file descriptors passed alongside with SCM_RIGHTS.
+// The parent and a sandbox's holder talk over SOCK_SEQPACKET socket pairs, one message per
+// packet, file descriptors passed alongside with SCM_RIGHTS. The holder is C code when the
+// binary is built with cgo (stage_linux.c), Go otherwise (holder_linux.go); both read the
+// same messages.
+//
+// Parent → holder: a packet of fields, each a 4-byte little-endian length and that many
+// bytes; the first field names the message ("setup", "run", "kill").
+// Holder → parent: one JSON object per packet (holderReply, runMessage).
 
-// holderConfig tells the holder how to build the sandbox's file system.
-type holderConfig struct {
-	ID            string   `json:"id"`
-	Rootfs        string   `json:"rootfs"`
-	RootPaths     []string `json:"root_paths"`
-	ReadOnlyPaths []string `json:"read_only_paths,omitempty"`
-	NewRoot       string   `json:"new_root"`
-	Workspace     string   `json:"workspace,omitempty"`
-	WorkspaceMode string   `json:"workspace_mode,omitempty"`
-	LowerDir      string   `json:"lower_dir,omitempty"`
-	UpperDir      string   `json:"upper_dir,omitempty"`
-	WorkDir       string   `json:"work_dir,omitempty"`
-	TmpSize       int64    `json:"tmp_size"`
-	UIDBase       int      `json:"uid_base"`
-	CABundle      []byte   `json:"ca_bundle,omitempty"`
-	// File descriptor numbers in the holder (ExtraFiles start at 3); -1 when absent.
-	IdmapFD    int   `json:"idmap_fd"`
-	CgroupFDs  []int `json:"cgroup_fds,omitempty"`
-	UnifiedRun bool  `json:"unified_run"`
+// setupMessage tells the holder how to build the sandbox. Fields: "setup", hostname, uid
+// base, seccomp program (struct sock_filter array), Landlock handled-access mask, Landlock
+// scopes, cgroup.procs descriptors (comma-separated numbers in the holder, may be empty),
+// then the mount plan: each op's kind, description and arguments (see plan_linux.go).
+type setupMessage struct {
+	Hostname  string
+	UIDBase   int
+	Seccomp   []byte
+	Landlock  landlockRules
+	CgroupFDs []int
+	Ops       []mountOp
 }
 
-// holderReply answers a holderConfig.
+// landlockRules is what a command's Landlock ruleset handles; zero when the kernel has none.
+type landlockRules struct {
+	HandledFS uint64
+	Scoped    uint64
+}
+
+// holderReply answers a setupMessage. Errno, when set, is the failing call's error number.
 type holderReply struct {
 	Error string `json:"error,omitempty"`
+	Errno int    `json:"errno,omitempty"`
 }
 
 // runRequest asks the holder to start one command. Its file descriptors, in order: the run
 // connection, stdin, stdout, stderr and, when CgroupProcs is set, a v2 cgroup.procs file.
+// Fields: "run", dir, cgroup-procs flag, argument count, arguments, writable-directory
+// count, writable directories, then the environment.
 type runRequest struct {
-	Args        []string `json:"args"`
-	Env         []string `json:"env"`
-	Dir         string   `json:"dir"`
-	CgroupProcs bool     `json:"cgroup_procs"`
-	Writable    []string `json:"writable"`
+	Args        []string
+	Env         []string
+	Dir         string
+	CgroupProcs bool
+	Writable    []string
 }
 
-// runMessage flows on a run connection: the holder reports start and exit; the parent sends
-// Kill to end the run's whole process tree.
+// runMessage flows from the holder on a run connection: start, then exit. The parent ends a
+// run's whole process tree by sending "kill" on it (or by closing it).
 type runMessage struct {
 	Started  bool   `json:"started,omitempty"`
 	Exited   bool   `json:"exited,omitempty"`
 	Error    string `json:"error,omitempty"`
+	Errno    int    `json:"errno,omitempty"`
 	ExitCode int    `json:"exit_code,omitempty"`
-	Signal   string `json:"signal,omitempty"`
+	Signum   int    `json:"signum,omitempty"`
 	UserNS   int64  `json:"user_ns,omitempty"`
 	SysNS    int64  `json:"sys_ns,omitempty"`
 	MaxRSS   int64  `json:"max_rss,omitempty"`
-	Kill     bool   `json:"kill,omitempty"`
+}
+
+// err is the holder's error, wrapping the errno so that errors.Is works.
+func (r holderReply) err() error {
+	return holderError(r.Error, r.Errno)
+}
+
+func holderError(msg string, errno int) error {
+	switch {
+	case msg == "":
+		return nil
+	case errno != 0:
+		return fmt.Errorf("%s: %w", msg, unix.Errno(errno))
+	default:
+		return errors.New(msg)
+	}
 }
 
 const maxPacket = 1 << 20
 
-func sendMsg(fd int, v any, files ...int) error {
+func (m *setupMessage) fields() [][]byte {
+	cg := ""
+	for i, fd := range m.CgroupFDs {
+		if i > 0 {
+			cg += ","
+		}
+		cg += strconv.Itoa(fd)
+	}
+	f := [][]byte{[]byte("setup"), []byte(m.Hostname), num(int64(m.UIDBase)), m.Seccomp,
+		num(int64(m.Landlock.HandledFS)), num(int64(m.Landlock.Scoped)), []byte(cg)}
+	for _, op := range m.Ops {
+		f = append(f, []byte(op.Kind), []byte(op.Desc))
+		for _, a := range op.Args {
+			f = append(f, []byte(a))
+		}
+	}
+	return f
+}
+
+func (r *runRequest) fields() [][]byte {
+	cg := "0"
+	if r.CgroupProcs {
+		cg = "1"
+	}
+	f := [][]byte{[]byte("run"), []byte(r.Dir), []byte(cg), num(int64(len(r.Args)))}
+	for _, a := range r.Args {
+		f = append(f, []byte(a))
+	}
+	f = append(f, num(int64(len(r.Writable))))
+	for _, w := range r.Writable {
+		f = append(f, []byte(w))
+	}
+	for _, e := range r.Env {
+		f = append(f, []byte(e))
+	}
+	return f
+}
+
+func num(n int64) []byte { return []byte(strconv.FormatInt(n, 10)) }
+
+func encodeFields(fields [][]byte) []byte {
+	n := 0
+	for _, f := range fields {
+		n += 4 + len(f)
+	}
+	b := make([]byte, 0, n)
+	for _, f := range fields {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+func decodeFields(b []byte) ([][]byte, error) {
+	var f [][]byte
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return nil, errors.New("truncated field length")
+		}
+		n := binary.LittleEndian.Uint32(b)
+		b = b[4:]
+		if uint64(n) > uint64(len(b)) {
+			return nil, errors.New("truncated field")
+		}
+		f = append(f, b[:n])
+		b = b[n:]
+	}
+	return f, nil
+}
+
+// sendFields sends one parent → holder message.
+func sendFields(fd int, fields [][]byte, files ...int) error {
+	return sendPacket(fd, encodeFields(fields), files...)
+}
+
+// sendJSON sends one holder → parent message.
+func sendJSON(fd int, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode message: %w", err)
 	}
+	return sendPacket(fd, b)
+}
+
+func sendPacket(fd int, b []byte, files ...int) error {
 	if len(b) > maxPacket {
 		return fmt.Errorf("message of %d bytes exceeds %d", len(b), maxPacket)
 	}
@@ -81,8 +187,34 @@ func sendMsg(fd int, v any, files ...int) error {
 	return nil
 }
 
-// recvMsg reads one message; it returns os.ErrClosed when the peer has gone.
-func recvMsg(fd int, v any) ([]*os.File, error) {
+// recvJSON reads one holder → parent message; os.ErrClosed when the peer has gone.
+func recvJSON(fd int, v any) error {
+	b, files, err := recvPacket(fd)
+	closeFiles(files)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode message: %w", err)
+	}
+	return nil
+}
+
+// recvFields reads one parent → holder message; os.ErrClosed when the peer has gone.
+func recvFields(fd int) ([][]byte, []*os.File, error) {
+	b, files, err := recvPacket(fd)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := decodeFields(b)
+	if err != nil || len(f) == 0 {
+		closeFiles(files)
+		return nil, nil, fmt.Errorf("decode message: %v", err)
+	}
+	return f, files, nil
+}
+
+func recvPacket(fd int) ([]byte, []*os.File, error) {
 	buf := make([]byte, maxPacket)
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	for {
@@ -91,32 +223,29 @@ func recvMsg(fd int, v any) ([]*os.File, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("receive message: %w", err)
+			return nil, nil, fmt.Errorf("receive message: %w", err)
 		}
 		if n == 0 && oobn == 0 {
-			return nil, os.ErrClosed
+			return nil, nil, os.ErrClosed
 		}
 		var files []*os.File
 		if oobn > 0 {
 			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 			if err != nil {
-				return nil, fmt.Errorf("parse control message: %w", err)
+				return nil, nil, fmt.Errorf("parse control message: %w", err)
 			}
 			for _, m := range msgs {
 				fds, err := unix.ParseUnixRights(&m)
 				if err != nil {
-					return nil, fmt.Errorf("parse rights: %w", err)
+					closeFiles(files)
+					return nil, nil, fmt.Errorf("parse rights: %w", err)
 				}
 				for _, f := range fds {
 					files = append(files, os.NewFile(uintptr(f), "passed"))
 				}
 			}
 		}
-		if err := json.Unmarshal(buf[:n], v); err != nil {
-			closeFiles(files)
-			return nil, fmt.Errorf("decode message: %w", err)
-		}
-		return files, nil
+		return buf[:n], files, nil
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -61,7 +62,7 @@ func (in *nativeInstance) Run(ctx context.Context, cmd Command) (Result, error) 
 		fds[i] = int(f.Fd())
 	}
 	in.ctrlMu.Lock()
-	err = sendMsg(int(in.ctrl.Fd()), req, fds...)
+	err = sendFields(int(in.ctrl.Fd()), req.fields(), fds...)
 	in.ctrlMu.Unlock()
 	connChild.Close()
 	st.closeChildEnds()
@@ -77,9 +78,7 @@ func (in *nativeInstance) Run(ctx context.Context, cmd Command) (Result, error) 
 		defer close(msgs)
 		for {
 			var m runMessage
-			fs, err := recvMsg(conn, &m)
-			closeFiles(fs)
-			if err != nil {
+			if err := recvJSON(conn, &m); err != nil {
 				return
 			}
 			msgs <- m
@@ -89,7 +88,7 @@ func (in *nativeInstance) Run(ctx context.Context, cmd Command) (Result, error) 
 		}
 	}()
 	kill := func() {
-		_ = sendMsg(conn, runMessage{Kill: true})
+		_ = sendFields(conn, [][]byte{[]byte("kill")})
 		if runDir != "" {
 			_ = os.WriteFile(filepath.Join(runDir, "cgroup.kill"), []byte("1"), 0)
 		}
@@ -129,7 +128,10 @@ wait:
 	st.wait()
 	res.End = time.Now()
 	res.Stdout, res.Stderr, res.Truncated = st.stdout.Bytes(), st.stderr.Bytes(), st.truncated()
-	res.ExitCode, res.Signal = exit.ExitCode, exit.Signal
+	res.ExitCode = exit.ExitCode
+	if exit.Signum > 0 {
+		res.Signal = unix.SignalName(syscall.Signal(exit.Signum))
+	}
 	res.Usage = Usage{
 		PeakMemory: in.cg.peakMemory(),
 		CPU:        time.Duration(exit.UserNS + exit.SysNS),
@@ -145,8 +147,8 @@ wait:
 	if ctxErr != nil {
 		return res, fmt.Errorf("run %s: %w", cmd.Args[0], ctxErr)
 	}
-	if exit.Error != "" {
-		return res, fmt.Errorf("run %s: %s", cmd.Args[0], exit.Error)
+	if err := holderError(exit.Error, exit.Errno); err != nil {
+		return res, fmt.Errorf("run %s: %w", cmd.Args[0], err)
 	}
 	return res, nil
 }

@@ -1,9 +1,14 @@
 package sandbox
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"sync"
+	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -74,10 +79,42 @@ func sandboxPolicy() seccomp.Policy {
 	}
 }
 
-// loadSeccomp installs the sandbox filter on the calling thread (no_new_privs must be set).
-func loadSeccomp() error {
-	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Policy: sandboxPolicy()}); err != nil {
-		return fmt.Errorf("load seccomp filter: %w", err)
+// seccompProgram is the sandbox filter as the kernel takes it: an array of struct
+// sock_filter (8 bytes each, native byte order). The parent assembles it once and hands it to
+// each sandbox's holder, which installs it in every command just before exec.
+var seccompProgram = sync.OnceValues(func() ([]byte, error) {
+	policy := sandboxPolicy()
+	insts, err := policy.Assemble()
+	if err != nil {
+		return nil, fmt.Errorf("assemble seccomp filter: %w", err)
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return nil, fmt.Errorf("assemble seccomp filter: %w", err)
+	}
+	b := make([]byte, 0, 8*len(raw))
+	for _, r := range raw {
+		b = binary.NativeEndian.AppendUint16(b, r.Op)
+		b = append(b, r.Jt, r.Jf)
+		b = binary.NativeEndian.AppendUint32(b, r.K)
+	}
+	return b, nil
+})
+
+// loadSeccomp installs a filter from seccompProgram on the calling thread (no_new_privs
+// must be set).
+func loadSeccomp(prog []byte) error {
+	if len(prog) == 0 || len(prog)%8 != 0 || len(prog)/8 > 0xffff {
+		return errors.New("load seccomp filter: malformed program")
+	}
+	filters := make([]unix.SockFilter, len(prog)/8)
+	for i := range filters {
+		b := prog[8*i:]
+		filters[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(b), Jt: b[2], Jf: b[3], K: binary.NativeEndian.Uint32(b[4:])}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filters)), Filter: &filters[0]}
+	if _, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+		return fmt.Errorf("load seccomp filter: %w", e)
 	}
 	return nil
 }

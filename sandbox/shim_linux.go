@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// runExec is the last stage before a sandboxed command: pid 1 of the run's PID namespace and
+// runExec (without cgo; see stage_linux.c otherwise) is the last stage before a sandboxed command: pid 1 of the run's PID namespace and
 // root of its fresh user namespace (mapped to the sandbox's host uid range). On one locked
 // thread it waits until the holder has placed it in its cgroups, forbids nested user
 // namespaces, drops to the sandbox user, clears every capability (bounding set included),
@@ -52,10 +52,10 @@ func runExec() error {
 		fmt.Fprintf(os.Stderr, "airlock sandbox: %v\n", err)
 		os.Exit(127)
 	}
-	if err := restrictLandlock(cfg.Writable); err != nil {
+	if err := restrictLandlock(cfg.Landlock, cfg.Writable); err != nil {
 		return err
 	}
-	if err := loadSeccomp(); err != nil {
+	if err := loadSeccomp(cfg.Seccomp); err != nil {
 		return err
 	}
 	err = syscall.Exec(path, cfg.Args, os.Environ())
@@ -69,7 +69,8 @@ func dropPrivileges() error {
 	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
 		return fmt.Errorf("clear groups: %w", e)
 	}
-	for c := 0; c <= lastCap(); c++ {
+	last := lastCap()
+	for c := 0; c <= last; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 			return fmt.Errorf("drop bounding capability %d: %w", c, err)
 		}
