@@ -59,6 +59,9 @@ func runHolder() error {
 		}
 		req, err := parseRun(f)
 		if err != nil {
+			if len(files) > 0 {
+				_ = sendJSON(int(files[0].Fd()), runMessage{Exited: true, Error: err.Error()})
+			}
 			closeFiles(files)
 			continue
 		}
@@ -127,13 +130,13 @@ func parseRun(f [][]byte) (*runRequest, error) {
 	}
 	n, err := strconv.Atoi(string(f[3]))
 	if err != nil || n < 1 || 4+n >= len(f) {
-		return nil, errors.New("run request: bad argument count")
+		return nil, errors.New("malformed run request")
 	}
 	r.Args = strs(f[4 : 4+n])
 	rest := f[4+n:]
 	w, err := strconv.Atoi(string(rest[0]))
 	if err != nil || w < 0 || 1+w > len(rest) {
-		return nil, errors.New("run request: bad writable count")
+		return nil, errors.New("malformed run request")
 	}
 	r.Writable = strs(rest[1 : 1+w])
 	r.Env = strs(rest[1+w:])
@@ -191,6 +194,16 @@ func applyOp(op mountOp) error {
 			return err
 		}
 		return moveTree(a[0], a[1], attr, fd)
+	case "mknod":
+		mode, err1 := strconv.ParseUint(a[1], 10, 32)
+		dev, err2 := strconv.ParseUint(a[2], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		if err := unix.Mknod(a[0], uint32(mode), int(dev)); err != nil {
+			return err
+		}
+		return unix.Chmod(a[0], uint32(mode)&0o7777)
 	case "pivot":
 		return pivot(a[0])
 	}
@@ -257,6 +270,9 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 		want = 5
 	}
 	if len(files) != want {
+		if len(files) > 0 {
+			_ = sendJSON(int(files[0].Fd()), runMessage{Exited: true, Error: "malformed run request"})
+		}
 		return
 	}
 	conn := int(files[0].Fd())

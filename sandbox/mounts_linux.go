@@ -58,6 +58,7 @@ type rootConfig struct {
 //	write   path, content                                    create a 0644 file (and parents)
 //	tree    source, target, attr_set (decimal), userns fd    open_tree clone, mount_setattr
 //	                                                          (idmapped when fd >= 0), move_mount
+//	mknod   path, mode (decimal, type and permissions), dev     mknod(2), then chmod to mode
 //	pivot   new root                                         pivot_root and detach the old root
 type mountOp struct {
 	Kind string
@@ -66,7 +67,7 @@ type mountOp struct {
 }
 
 // opArgs is the number of arguments of each kind of mountOp.
-var opArgs = map[string]int{"mount": 5, "mkdir": 1, "touch": 1, "symlink": 2, "write": 2, "tree": 4, "pivot": 1}
+var opArgs = map[string]int{"mount": 5, "mkdir": 1, "touch": 1, "symlink": 2, "write": 2, "tree": 4, "mknod": 3, "pivot": 1}
 
 type plan struct{ ops []mountOp }
 
@@ -116,7 +117,9 @@ func planRoot(cfg *rootConfig) ([]mountOp, error) {
 	p.symlink("../tmp", filepath.Join(root, "var/tmp"))
 	p.symlink("../run", filepath.Join(root, "var/run"))
 	p.tmpfs(filepath.Join(root, homeDir), fmt.Sprintf("mode=0700,size=%d,uid=%d,gid=%d", cfg.TmpSize, uid, gid))
-	p.dev(filepath.Join(root, "dev"))
+	if err := p.dev(filepath.Join(root, "dev")); err != nil {
+		return nil, err
+	}
 	p.mountAt("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 	p.workspace(cfg, filepath.Join(root, workspaceDir))
 	p.caBundle(cfg, root)
@@ -169,14 +172,20 @@ func (p *plan) bindReadOnly(src, dst string) error {
 	return nil
 }
 
-// dev plans a minimal /dev: a few host device nodes, a private devpts, shm and links.
-func (p *plan) dev(dev string) {
+// dev plans a minimal /dev: nodes of a few host devices (the same device numbers, mode
+// 0666), a private devpts, shm and links.
+func (p *plan) dev(dev string) error {
 	p.tmpfs(dev, "mode=0755,size=64k")
 	for _, name := range hostDevices {
-		dst := filepath.Join(dev, name)
-		p.add("touch", "create /dev/"+name, dst)
-		p.mount("bind /dev/"+name, "/dev/"+name, dst, "", unix.MS_BIND, "")
-		p.mount("remount /dev/"+name, "", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NOEXEC, "")
+		var st unix.Stat_t
+		if err := unix.Stat("/dev/"+name, &st); err != nil {
+			return fmt.Errorf("host device /dev/%s: %w", name, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			return fmt.Errorf("host device /dev/%s: not a character device", name)
+		}
+		p.add("mknod", "create /dev/"+name, filepath.Join(dev, name),
+			strconv.FormatUint(uint64(unix.S_IFCHR|0o666), 10), strconv.FormatUint(st.Rdev, 10))
 	}
 	p.mountAt("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
 	p.tmpfs(filepath.Join(dev, "shm"), "mode=1777,size=64m")
@@ -186,6 +195,7 @@ func (p *plan) dev(dev string) {
 		p.symlink(l[0], filepath.Join(dev, l[1]))
 	}
 	p.mount("remount /dev read-only", "", dev, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_RDONLY, "mode=0755,size=64k")
+	return nil
 }
 
 // workspace mounts the host workspace at dst. The mount is idmapped so that the workspace

@@ -27,6 +27,28 @@ func TestRunOutputExitAndUser(t *testing.T) {
 	}
 }
 
+func TestCommandThatCannotStart(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{})
+	run(t, s, `printf '#!/nonexistent/interpreter\n' > /tmp/script && chmod +x /tmp/script`)
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"airlock-no-such-command"}, 127, `exec: "airlock-no-such-command": executable file not found in $PATH`},
+		{[]string{"/etc/passwd"}, 127, `exec: "/etc/passwd": `},
+		{[]string{"/tmp/script"}, 126, "exec /tmp/script: "},
+	} {
+		res, err := s.Run(context.Background(), sandbox.Command{Args: c.args})
+		if err != nil {
+			t.Fatalf("Run %v: %v", c.args, err)
+		}
+		if res.ExitCode != c.code || !strings.Contains(string(res.Stderr), c.stderr) {
+			t.Errorf("Run %v: exit %d stderr %q, want %d and %q", c.args, res.ExitCode, res.Stderr, c.code, c.stderr)
+		}
+	}
+}
+
 func TestStreamsStdinAndBoundsOutput(t *testing.T) {
 	s := newSandbox(t, sandbox.Options{})
 	var streamed strings.Builder
