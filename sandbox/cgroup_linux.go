@@ -129,7 +129,11 @@ func (cg *cgroups) limit(o Options) error {
 		}
 		return nil
 	}
-	if err := set("pids", "pids.max", "pids.max", strconv.FormatInt(o.Pids, 10)); err != nil {
+	pids := o.Pids
+	if _, v2 := cg.dir("pids"); !v2 {
+		pids++ // a v1 group holds the holder too
+	}
+	if err := set("pids", "pids.max", "pids.max", strconv.FormatInt(pids, 10)); err != nil {
 		return err
 	}
 	if o.Memory > 0 {
@@ -160,18 +164,14 @@ func (cg *cgroups) limit(o Options) error {
 	return nil
 }
 
-// procsFiles opens the v1 cgroup.procs files a run's first process is written to.
-func (cg *cgroups) procsFiles() ([]*os.File, error) {
-	var files []*os.File
+// joinV1 moves the holder into the sandbox's v1 groups; its commands are born there.
+func (cg *cgroups) joinV1(pid int) error {
 	for _, dir := range cg.v1 {
-		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
-		if err != nil {
-			closeFiles(files)
-			return nil, fmt.Errorf("open cgroup: %w", err)
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", dir, err)
 		}
-		files = append(files, f)
 	}
-	return files, nil
+	return nil
 }
 
 // runGroup creates the v2 child group of one run; "" without v2.
@@ -230,11 +230,15 @@ func (cg *cgroups) peakMemory() int64 {
 }
 
 func (cg *cgroups) peakPids() int64 {
-	dir, _ := cg.dir("pids")
+	dir, v2 := cg.dir("pids")
 	if dir == "" {
 		return 0
 	}
-	return readInt(filepath.Join(dir, "pids.peak"))
+	n := readInt(filepath.Join(dir, "pids.peak"))
+	if !v2 && n > 0 {
+		n-- // the holder
+	}
+	return n
 }
 
 func (cg *cgroups) oomKills() int64 {

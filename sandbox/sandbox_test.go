@@ -27,6 +27,36 @@ func TestRunOutputExitAndUser(t *testing.T) {
 	}
 }
 
+func TestCommandsRunInTheSandboxCgroups(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{})
+	for n := 1; n <= 2; n++ {
+		res := run(t, s, "cat /proc/self/cgroup")
+		want := 0
+		for _, line := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
+			// hierarchy-id:controllers:path; v2 is "0::path", v1 names its controllers.
+			f := strings.SplitN(line, ":", 3)
+			if len(f) != 3 {
+				t.Fatalf("/proc/self/cgroup line %q", line)
+			}
+			switch {
+			case f[1] == "":
+				want++
+				if suffix := fmt.Sprintf("/airlock/%s/run-%d", s.ID(), n); !strings.HasSuffix(f[2], suffix) {
+					t.Errorf("run %d: v2 group %s, want .../%s", n, f[2], suffix)
+				}
+			case strings.Contains(","+f[1]+",", ",memory,") || strings.Contains(","+f[1]+",", ",pids,"):
+				want++
+				if suffix := "/airlock/" + s.ID(); !strings.HasSuffix(f[2], suffix) {
+					t.Errorf("run %d: v1 %s group %s, want .../%s", n, f[1], f[2], suffix)
+				}
+			}
+		}
+		if want == 0 {
+			t.Fatalf("no v2, memory or pids group in %q", res.Stdout)
+		}
+	}
+}
+
 func TestCommandThatCannotStart(t *testing.T) {
 	s := newSandbox(t, sandbox.Options{})
 	run(t, s, `printf '#!/nonexistent/interpreter\n' > /tmp/script && chmod +x /tmp/script`)
