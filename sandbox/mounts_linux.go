@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -239,8 +238,4 @@ func (p *plan) caBundle(cfg *rootConfig, root string) {
 		p.mount("bind CA bundle", dst, sys, "", unix.MS_BIND, "")
 		p.mount("remount CA bundle", "", sys, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, "")
 	}
-}
-
-func hasPrefixPath(p, dir string) bool {
-	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 }
