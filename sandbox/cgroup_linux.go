@@ -129,11 +129,7 @@ func (cg *cgroups) limit(o Options) error {
 		}
 		return nil
 	}
-	pids := o.Pids
-	if _, v2 := cg.dir("pids"); !v2 {
-		pids++ // a v1 group holds the holder too
-	}
-	if err := set("pids", "pids.max", "pids.max", strconv.FormatInt(pids, 10)); err != nil {
+	if err := set("pids", "pids.max", "pids.max", strconv.FormatInt(o.Pids, 10)); err != nil {
 		return err
 	}
 	if o.Memory > 0 {
@@ -164,14 +160,18 @@ func (cg *cgroups) limit(o Options) error {
 	return nil
 }
 
-// joinV1 moves the holder into the sandbox's v1 groups; its commands are born there.
-func (cg *cgroups) joinV1(pid int) error {
+// procsFiles opens the v1 cgroup.procs files a run's first process is written to.
+func (cg *cgroups) procsFiles() ([]*os.File, error) {
+	var files []*os.File
 	for _, dir := range cg.v1 {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
-			return fmt.Errorf("join cgroup %s: %w", dir, err)
+		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+		if err != nil {
+			closeFiles(files)
+			return nil, fmt.Errorf("open cgroup: %w", err)
 		}
+		files = append(files, f)
 	}
-	return nil
+	return files, nil
 }
 
 // runGroup creates the v2 child group of one run; "" without v2.
@@ -230,15 +230,11 @@ func (cg *cgroups) peakMemory() int64 {
 }
 
 func (cg *cgroups) peakPids() int64 {
-	dir, v2 := cg.dir("pids")
+	dir, _ := cg.dir("pids")
 	if dir == "" {
 		return 0
 	}
-	n := readInt(filepath.Join(dir, "pids.peak"))
-	if !v2 && n > 0 {
-		n-- // the holder
-	}
-	return n
+	return readInt(filepath.Join(dir, "pids.peak"))
 }
 
 func (cg *cgroups) oomKills() int64 {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -27,12 +28,6 @@ import (
 // shim_linux.go, is what a binary built without cgo runs. Both read the same messages.
 
 const holderCtrlFD = 3
-
-// oomHolder keeps the OOM killer off the holder, which is pid 1 of the sandbox and may share
-// its v1 memory group: killing it would end every command. Each command resets its own
-// score to 0. Where the score cannot be lowered the holder is still the OOM killer's last
-// pick in practice: a few hundred KiB resident (the C holder) against the command's use.
-const oomHolder = "-1000"
 
 func runHolder() error {
 	ctrl := holderCtrlFD
@@ -79,7 +74,7 @@ func runHolder() error {
 }
 
 func parseSetup(f [][]byte) (*setupMessage, error) {
-	if len(f) < 6 || string(f[0]) != "setup" {
+	if len(f) < 7 || string(f[0]) != "setup" {
 		return nil, errors.New("malformed setup message")
 	}
 	m := &setupMessage{Hostname: string(f[1]), Seccomp: f[3]}
@@ -93,7 +88,16 @@ func parseSetup(f [][]byte) (*setupMessage, error) {
 	if m.Landlock.Scoped, err = strconv.ParseUint(string(f[5]), 10, 64); err != nil {
 		return nil, fmt.Errorf("setup: landlock: %w", err)
 	}
-	for rest := f[6:]; len(rest) > 0; {
+	if len(f[6]) > 0 {
+		for _, s := range strings.Split(string(f[6]), ",") {
+			fd, err := strconv.Atoi(s)
+			if err != nil {
+				return nil, fmt.Errorf("setup: cgroup descriptor: %w", err)
+			}
+			m.CgroupFDs = append(m.CgroupFDs, fd)
+		}
+	}
+	for rest := f[7:]; len(rest) > 0; {
 		if len(rest) < 2 {
 			return nil, errors.New("setup: truncated mount op")
 		}
@@ -116,7 +120,7 @@ func parseRun(f [][]byte) (*runRequest, error) {
 	if len(f) < 5 || string(f[0]) != "run" {
 		return nil, errors.New("malformed run request")
 	}
-	r := &runRequest{Dir: string(f[1]), CgroupDir: string(f[2]) == "1"}
+	r := &runRequest{Dir: string(f[1]), CgroupProcs: string(f[2]) == "1"}
 	strs := func(b [][]byte) []string {
 		s := make([]string, len(b))
 		for i := range b {
@@ -139,14 +143,11 @@ func parseRun(f [][]byte) (*runRequest, error) {
 	return r, nil
 }
 
-// applySetup makes the holder non-dumpable and the OOM killer's last choice (it may share
-// the sandbox's v1 memory group), names the host and carries out the mount plan.
+// applySetup makes the holder non-dumpable, names the host and carries out the mount plan.
 func applySetup(m *setupMessage) holderReply {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return replyOf("set non-dumpable", err)
 	}
-	// Best effort: lowering the score needs CAP_SYS_RESOURCE, which some hosts withhold.
-	_ = os.WriteFile("/proc/self/oom_score_adj", []byte(oomHolder), 0)
 	if err := unix.Sethostname([]byte(m.Hostname)); err != nil {
 		return replyOf("set hostname", err)
 	}
@@ -265,7 +266,7 @@ type execConfig struct {
 func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 	defer closeFiles(files)
 	want := 4
-	if req.CgroupDir {
+	if req.CgroupProcs {
 		want = 5
 	}
 	if len(files) != want {
@@ -313,15 +314,24 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 			Pdeathsig:                  syscall.SIGKILL,
 		},
 	}
-	if req.CgroupDir {
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = int(files[4].Fd())
-	}
 	if err := cmd.Start(); err != nil {
 		fail("start command", err)
 		return
 	}
 	goR.Close()
+	procs := setup.CgroupFDs
+	if req.CgroupProcs {
+		procs = append(append([]int(nil), procs...), int(files[4].Fd()))
+	}
+	pid := []byte(strconv.Itoa(cmd.Process.Pid))
+	for _, fd := range procs {
+		if _, err := unix.Pwrite(fd, pid, 0); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			fail("join cgroup", err)
+			return
+		}
+	}
 	if _, err := goW.Write([]byte{1}); err != nil {
 		_ = cmd.Process.Kill()
 	}

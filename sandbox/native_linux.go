@@ -171,6 +171,14 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 		cfg.IdmapFD = 3 + len(extra)
 		extra = append(extra, nsFile)
 	}
+	procs, err := in.cg.procsFiles()
+	if err != nil {
+		return err
+	}
+	for _, f := range procs {
+		setup.CgroupFDs = append(setup.CgroupFDs, 3+len(extra))
+		extra = append(extra, f)
+	}
 	if setup.Ops, err = planRoot(cfg); err != nil {
 		return err
 	}
@@ -194,12 +202,6 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	closeFiles(extra)
 	extra = nil
 	if err := sendFields(int(in.ctrl.Fd()), setup.fields()); err != nil {
-		return err
-	}
-	// While the holder builds the file system: the holder joins the sandbox's v1 groups,
-	// so that its commands start in them (a v1 move costs a kernel-wide lock and an RCU
-	// grace period; once per sandbox rather than per command). v2 groups are per run.
-	if err := in.cg.joinV1(in.holder.Process.Pid); err != nil {
 		return err
 	}
 	var reply holderReply

@@ -22,13 +22,15 @@ import (
 
 // setupMessage tells the holder how to build the sandbox. Fields: "setup", hostname, uid
 // base, seccomp program (struct sock_filter array), Landlock handled-access mask, Landlock
-// scopes, then the mount plan: each op's kind, description and arguments (mounts_linux.go).
+// scopes, cgroup.procs descriptors (comma-separated numbers in the holder, may be empty),
+// then the mount plan: each op's kind, description and arguments (see plan_linux.go).
 type setupMessage struct {
-	Hostname string
-	UIDBase  int
-	Seccomp  []byte
-	Landlock landlockRules
-	Ops      []mountOp
+	Hostname  string
+	UIDBase   int
+	Seccomp   []byte
+	Landlock  landlockRules
+	CgroupFDs []int
+	Ops       []mountOp
 }
 
 // landlockRules is what a command's Landlock ruleset handles; zero when the kernel has none.
@@ -44,16 +46,15 @@ type holderReply struct {
 }
 
 // runRequest asks the holder to start one command. Its file descriptors, in order: the run
-// connection, stdin, stdout, stderr and, when CgroupDir is set, the run's v2 cgroup
-// directory, which the command is cloned into. Fields: "run", dir, cgroup-directory flag,
-// argument count, arguments, writable-directory count, writable directories, then the
-// environment.
+// connection, stdin, stdout, stderr and, when CgroupProcs is set, a v2 cgroup.procs file.
+// Fields: "run", dir, cgroup-procs flag, argument count, arguments, writable-directory
+// count, writable directories, then the environment.
 type runRequest struct {
-	Args      []string
-	Env       []string
-	Dir       string
-	CgroupDir bool
-	Writable  []string
+	Args        []string
+	Env         []string
+	Dir         string
+	CgroupProcs bool
+	Writable    []string
 }
 
 // runMessage flows from the holder on a run connection: start, then exit. The parent ends a
@@ -89,8 +90,15 @@ func holderError(msg string, errno int) error {
 const maxPacket = 1 << 20
 
 func (m *setupMessage) fields() [][]byte {
+	cg := ""
+	for i, fd := range m.CgroupFDs {
+		if i > 0 {
+			cg += ","
+		}
+		cg += strconv.Itoa(fd)
+	}
 	f := [][]byte{[]byte("setup"), []byte(m.Hostname), num(int64(m.UIDBase)), m.Seccomp,
-		num(int64(m.Landlock.HandledFS)), num(int64(m.Landlock.Scoped))}
+		num(int64(m.Landlock.HandledFS)), num(int64(m.Landlock.Scoped)), []byte(cg)}
 	for _, op := range m.Ops {
 		f = append(f, []byte(op.Kind), []byte(op.Desc))
 		for _, a := range op.Args {
@@ -102,7 +110,7 @@ func (m *setupMessage) fields() [][]byte {
 
 func (r *runRequest) fields() [][]byte {
 	cg := "0"
-	if r.CgroupDir {
+	if r.CgroupProcs {
 		cg = "1"
 	}
 	f := [][]byte{[]byte("run"), []byte(r.Dir), []byte(cg), num(int64(len(r.Args)))}

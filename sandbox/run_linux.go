@@ -48,14 +48,14 @@ func (in *nativeInstance) Run(ctx context.Context, cmd Command) (Result, error) 
 	files := []*os.File{connChild, st.stdinR, st.stdoutW, st.stderrW}
 	req := runRequest{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Writable: in.writable()}
 	if runDir != "" {
-		dir, err := os.Open(runDir)
+		procs, err := os.OpenFile(filepath.Join(runDir, "cgroup.procs"), os.O_WRONLY, 0)
 		if err != nil {
 			connChild.Close()
 			return Result{}, fmt.Errorf("open run cgroup: %w", err)
 		}
-		defer dir.Close()
-		req.CgroupDir = true
-		files = append(files, dir)
+		defer procs.Close()
+		req.CgroupProcs = true
+		files = append(files, procs)
 	}
 	fds := make([]int, len(files))
 	for i, f := range files {

@@ -36,9 +36,6 @@ func runExec() error {
 		return errors.New("exec stage: holder did not release the command")
 	}
 	gate.Close()
-	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0); err != nil {
-		return fmt.Errorf("reset OOM score: %w", err)
-	}
 	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0\n"), 0); err != nil {
 		return fmt.Errorf("forbid nested user namespaces: %w", err)
 	}

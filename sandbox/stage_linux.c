@@ -373,11 +373,13 @@ static struct {
 	long uid_base;
 	struct sock_fprog seccomp;
 	uint64_t ll_handled, ll_scoped;
+	int cgroup_fds[8];
+	int ncgroup;
 } sb;
 
 // setup applies the setup message; on failure it replies and returns -1.
 static int setup(struct msg *m) {
-	if (m->n < 6 || strcmp(m->f[0], "setup")) {
+	if (m->n < 7 || strcmp(m->f[0], "setup")) {
 		send_error(CTRL_FD, 0, "malformed setup message", 0);
 		return -1;
 	}
@@ -389,18 +391,25 @@ static int setup(struct msg *m) {
 	sb.seccomp.len = m->len[3] / 8;
 	sb.seccomp.filter = (struct sock_filter *)m->f[3];
 	m->f[3] = NULL; // kept for the life of the holder
+	for (char *s = m->f[6]; *s;) {
+		char *end;
+		long fd = strtol(s, &end, 10);
+		if (end == s || sb.ncgroup == 8) {
+			send_error(CTRL_FD, 0, "malformed setup message", 0);
+			return -1;
+		}
+		sb.cgroup_fds[sb.ncgroup++] = fd;
+		s = *end == ',' ? end + 1 : end;
+	}
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
 		send_error(CTRL_FD, 0, "set non-dumpable", errno);
 		return -1;
 	}
-	// pid 1 of the sandbox may share its v1 memory group: the OOM killer's last choice.
-	// Best effort: lowering the score needs CAP_SYS_RESOURCE, which some hosts withhold.
-	(void)write_file("/proc/self/oom_score_adj", "-1000", 5, O_TRUNC | NO_PARENTS);
 	if (sethostname(m->f[1], m->len[1]) < 0) {
 		send_error(CTRL_FD, 0, "set hostname", errno);
 		return -1;
 	}
-	for (size_t i = 6; i < m->n;) {
+	for (size_t i = 7; i < m->n;) {
 		int k = op_args(m->f[i]);
 		if (k < 0 || i + 2 + k > m->n) {
 			send_error(CTRL_FD, 0, "setup: bad mount op", 0);
@@ -534,7 +543,7 @@ notfound:;
 
 struct runreq {
 	const char *dir;
-	int cgroup_dir;
+	int cgroup_procs;
 	char **args;
 	char **writable;
 	size_t nwritable;
@@ -544,9 +553,6 @@ struct runreq {
 static void command(struct runreq *r, int gate, int in, int out, int err) {
 	char b;
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	// Still the holder's credentials (its non-dumpable /proc files are owned by them).
-	if (write_file("/proc/self/oom_score_adj", "0", 1, O_TRUNC | NO_PARENTS) < 0)
-		_exit(EXIT_SETUP);
 	ssize_t n;
 	do
 		n = read(gate, &b, 1);
@@ -605,32 +611,6 @@ static int write_idmap(pid_t pid, const char *file) {
 	return write_file(path, line, n, O_TRUNC | NO_PARENTS);
 }
 
-struct al_clone_args {
-	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
-};
-#define AL_CLONE_INTO_CGROUP 0x200000000ULL
-
-static int cloned_into_cgroup;
-
-// spawn forks the command's process into a fresh user and PID namespace and, given a v2
-// cgroup directory, straight into that group (clone3's CLONE_INTO_CGROUP, which spares
-// the kernel-wide lock a later move takes). Without clone3 the caller moves it.
-static pid_t spawn(int cgroup) {
-	cloned_into_cgroup = 0;
-	if (cgroup >= 0) {
-		struct al_clone_args a = {.flags = CLONE_NEWUSER | CLONE_NEWPID | AL_CLONE_INTO_CGROUP,
-					  .exit_signal = SIGCHLD, .cgroup = cgroup};
-		pid_t pid = syscall(SYS_clone3, &a, sizeof a);
-		if (pid >= 0) {
-			cloned_into_cgroup = 1;
-			return pid;
-		}
-		if (errno != ENOSYS && errno != E2BIG && errno != EINVAL)
-			return -1;
-	}
-	return syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
-}
-
 static int parse_run(struct msg *m, struct runreq *r) {
 	long nargs, nw;
 	if (m->n < 5 || strcmp(m->f[0], "run") || parse_int(m->f[3], &nargs) < 0 || nargs < 1 || (size_t)(4 + nargs) >= m->n)
@@ -646,7 +626,7 @@ static int parse_run(struct msg *m, struct runreq *r) {
 	m->f = f;
 	f[m->n] = NULL;
 	r->dir = f[1];
-	r->cgroup_dir = !strcmp(f[2], "1");
+	r->cgroup_procs = !strcmp(f[2], "1");
 	r->args = malloc((nargs + 1) * sizeof(char *));
 	if (!r->args)
 		return -1;
@@ -660,7 +640,7 @@ static int parse_run(struct msg *m, struct runreq *r) {
 
 static void start_run(struct msg *m, int *fds, int nfds) {
 	struct runreq r = {0};
-	int ok = parse_run(m, &r) == 0 && nfds == (r.cgroup_dir ? 5 : 4);
+	int ok = parse_run(m, &r) == 0 && nfds == (r.cgroup_procs ? 5 : 4);
 	if (!ok) {
 		if (nfds > 0)
 			send_error(fds[0], 1, "malformed run request", 0);
@@ -672,7 +652,7 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		send_error(conn, 1, "pipe", errno);
 		goto out;
 	}
-	pid_t pid = spawn(r.cgroup_dir ? fds[4] : -1);
+	pid_t pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
 	if (pid < 0) {
 		send_error(conn, 1, "start command", errno);
 		close(gate[0]);
@@ -689,17 +669,12 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		fail = "map user ids";
 	else if (write_idmap(pid, "gid_map") < 0)
 		fail = "map group ids";
-	if (!fail && r.cgroup_dir && !cloned_into_cgroup) {
-		char num[32];
-		int l = snprintf(num, sizeof num, "%d", pid);
-		int procs = openat(fds[4], "cgroup.procs", O_WRONLY | O_CLOEXEC);
-		if (procs < 0 || pwrite(procs, num, l, 0) < 0)
+	char num[32];
+	int l = snprintf(num, sizeof num, "%d", pid);
+	for (int i = 0; !fail && i < sb.ncgroup + r.cgroup_procs; i++) {
+		int fd = i < sb.ncgroup ? sb.cgroup_fds[i] : fds[4];
+		if (pwrite(fd, num, l, 0) < 0)
 			fail = "join cgroup";
-		if (procs >= 0) {
-			int e = errno;
-			close(procs);
-			errno = e;
-		}
 	}
 	if (fail) {
 		int e = errno;
