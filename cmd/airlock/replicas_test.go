@@ -278,3 +278,11 @@ func randomName() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// newOKUpstream is a plain-HTTP upstream answering "ok"; its URL is returned.
+func newOKUpstream(t *testing.T) string {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(up.Close)
+	return up.URL
+}
