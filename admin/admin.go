@@ -1,16 +1,19 @@
 // Package admin serves the admin HTTP API on its own listener, which is never reachable from
-// a sandbox: health, readiness, metrics, policy status, sandboxes, and what other parts mount
-// (approvals).
+// a sandbox: health, readiness, metrics, policy status, sandboxes, issuing and revoking
+// sandbox proxy credentials, and what other parts mount (approvals).
 package admin
 
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/airlock-proxy/airlock/internal/bearer"
 )
 
 // Check is one readiness check: nil when ready.
@@ -26,6 +29,12 @@ type Options struct {
 	PolicyStatus func() any
 	// Sandboxes returns what /v1/sandboxes shows.
 	Sandboxes func() any
+	// Credentials serves POST and DELETE /v1/sandboxes/{id}/token (issue and revoke a
+	// sandbox's proxy credential) to holders of a token in Issuers.
+	Credentials Credentials
+	Issuers     *bearer.Set
+	// Logger; nil discards.
+	Logger *slog.Logger
 	// Mount adds routes (approvals) to the router.
 	Mount []func(chi.Router)
 }
@@ -61,6 +70,13 @@ func New(o Options) http.Handler {
 	}
 	if o.Sandboxes != nil {
 		r.Get("/v1/sandboxes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, o.Sandboxes()) })
+	}
+	if o.Credentials != nil {
+		log := o.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		tokenRoutes(r, o.Credentials, o.Issuers, log.With("component", "admin"))
 	}
 	for _, m := range o.Mount {
 		m(r)

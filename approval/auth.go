@@ -2,17 +2,15 @@ package approval
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
-)
 
-// minTokenLen is the shortest approver token accepted.
-const minTokenLen = 16
+	"github.com/airlock-proxy/airlock/internal/bearer"
+)
 
 // secretString is a token: it prints, logs and marshals as "[redacted]".
 type secretString string
@@ -22,44 +20,21 @@ func (secretString) LogValue() slog.Value         { return slog.StringValue("[re
 func (secretString) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), nil }
 func (s secretString) GoString() string           { return s.String() }
 
-// approver is a configured approver with the SHA-256 of its token (compared in constant time).
-type approver struct {
-	name string
-	sum  [32]byte
-}
-
-func loadApprovers(cfgs []ApproverConfig) ([]approver, error) {
-	out := make([]approver, 0, len(cfgs))
+func loadApprovers(cfgs []ApproverConfig) (*bearer.Set, error) {
+	entries := make([]bearer.Entry, len(cfgs))
 	for i, a := range cfgs {
-		b, err := os.ReadFile(a.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("approvals.approvers[%d].token_file: %w", i, err)
-		}
-		tok := strings.TrimSpace(string(b))
-		if len(tok) < minTokenLen {
-			return nil, fmt.Errorf("approvals.approvers[%d].token_file: %s holds a token shorter than %d characters",
-				i, a.TokenFile, minTokenLen)
-		}
-		out = append(out, approver{name: a.Name, sum: sha256.Sum256([]byte(tok))})
+		entries[i] = bearer.Entry{Name: a.Name, File: a.TokenFile}
 	}
-	return out, nil
+	set, err := bearer.Load(entries)
+	var le *bearer.LoadError
+	if errors.As(err, &le) {
+		return nil, fmt.Errorf("approvals.approvers[%d].token_file: %w", le.Index, le.Err)
+	}
+	return set, err
 }
 
-// authenticate returns the approver whose token is tok. Every approver is compared, in
-// constant time, so the answer's timing does not depend on which one matched.
-func (s *Service) authenticate(tok string) (string, bool) {
-	if tok == "" {
-		return "", false
-	}
-	sum := sha256.Sum256([]byte(tok))
-	name := ""
-	for _, a := range s.approvers {
-		if subtle.ConstantTimeCompare(sum[:], a.sum[:]) == 1 {
-			name = a.name
-		}
-	}
-	return name, name != ""
-}
+// authenticate returns the approver whose token is tok (compared in constant time).
+func (s *Service) authenticate(tok string) (string, bool) { return s.approvers.Authenticate(tok) }
 
 // csrfToken is the form token for an approver's token: only someone who holds the token
 // (or its page) can produce it.

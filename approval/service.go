@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/bearer"
 )
 
 // ErrClosed is returned by Hold when the service shuts down while a request is held. The
@@ -50,7 +52,7 @@ type Service struct {
 	attempts     int
 	backoff      time.Duration
 	now          func() time.Time
-	approvers    []approver
+	approvers    *bearer.Set
 	serviceToken secretString
 	events       *broker
 	pages        *template.Template

@@ -44,7 +44,7 @@ const schema = `CREATE TABLE IF NOT EXISTS airlock_approvals (
 );
 CREATE INDEX IF NOT EXISTS airlock_approvals_state ON airlock_approvals (state, expires);
 CREATE INDEX IF NOT EXISTS airlock_approvals_request ON airlock_approvals (request_sha256);
-CREATE INDEX IF NOT EXISTS airlock_approvals_created ON airlock_approvals (created)`
+CREATE INDEX IF NOT EXISTS airlock_approvals_created ON airlock_approvals (created);` + revocationSchema
 
 const columns = `id, state, sandbox, labels, method, url, content_type, body_preview, body_size,
 	body_truncated, body_sha256, request_sha256, rule, reason, credentials, created, expires,

@@ -36,6 +36,8 @@ type Store interface {
 	UseGrant(ctx context.Context, g GrantQuery) (r Record, ok bool, err error)
 	// ExpireDue moves pending records whose Expires is before now to expired.
 	ExpireDue(ctx context.Context, now time.Time) (int, error)
+	// CredentialRevocations: the shared list of revoked proxy credentials.
+	CredentialRevocations
 	// Close releases the store.
 	Close() error
 }

@@ -114,3 +114,69 @@ func ids(rs []Record) []string {
 	}
 	return out
 }
+
+// TestCredentialRevocations: a revocation is seen through a second handle on the same
+// store (as another replica sees it), lasts until its time, keeps the later time when
+// repeated, and concerns only its sandbox.
+func TestCredentialRevocations(t *testing.T) {
+	for _, k := range storeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn := k.dsn(t)
+			a, b := openTestStore(t, dsn), openTestStore(t, dsn)
+			now := time.Now()
+			revoked := func(st Store, id string, at time.Time) bool {
+				t.Helper()
+				ok, err := st.CredentialsRevoked(ctx, id, at)
+				if err != nil {
+					t.Fatalf("CredentialsRevoked(%s): %v", id, err)
+				}
+				return ok
+			}
+			if revoked(b, "sbx-1", now) {
+				t.Fatal("sbx-1 revoked before anything was revoked")
+			}
+			if err := a.RevokeCredentials(ctx, "sbx-1", now.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if !revoked(b, "sbx-1", now) {
+				t.Error("revocation through one handle not seen through the other")
+			}
+			if revoked(b, "sbx-2", now) {
+				t.Error("revoking sbx-1 revoked sbx-2")
+			}
+			if revoked(b, "sbx-1", now.Add(2*time.Hour)) {
+				t.Error("revocation still in force after its time")
+			}
+			// An earlier time does not shorten it; a later one extends it.
+			if err := b.RevokeCredentials(ctx, "sbx-1", now.Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if !revoked(a, "sbx-1", now.Add(30*time.Minute)) {
+				t.Error("a second, shorter revocation shortened the first")
+			}
+			if err := b.RevokeCredentials(ctx, "sbx-1", now.Add(3*time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			if !revoked(a, "sbx-1", now.Add(2*time.Hour)) {
+				t.Error("a later revocation did not extend the first")
+			}
+			if err := a.RevokeCredentials(ctx, "", now.Add(time.Hour)); err == nil {
+				t.Error("revoking an empty sandbox id: got nil error")
+			}
+		})
+	}
+}
+
+// TestCredentialRevocationsFailWhenClosed: a store that cannot answer says so (the proxy
+// then refuses the credential rather than letting it through).
+func TestCredentialRevocationsFailWhenClosed(t *testing.T) {
+	st, err := OpenStore(context.Background(), "sqlite:"+t.TempDir()+"/a.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if _, err := st.CredentialsRevoked(context.Background(), "sbx-1", time.Now()); err == nil {
+		t.Error("CredentialsRevoked on a closed store: got nil error")
+	}
+}

@@ -44,8 +44,15 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		st := p.begin(r.Context(), r, identity.Identity{ID: "unknown"}, "identity")
 		f := refusal{status: http.StatusProxyAuthRequired, decision: "deny", rule: "identity",
-			reason: "this listener needs a valid proxy credential (Proxy-Authorization) issued by airlock; a missing, unknown or revoked one is refused",
+			reason: "this listener needs a valid proxy credential (Proxy-Authorization) issued by airlock; a missing, unknown, expired or revoked one is refused",
 			class:  "identity"}
+		if errors.Is(err, errCredentialUnchecked) {
+			// The error may describe the store; it is logged, never sent to the sandbox.
+			p.log.Error("proxy credential refused: revocation list unavailable", "err", err)
+			f = refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "identity",
+				reason: "airlock could not check the proxy credential against its revocation list (approval store unavailable); retry later",
+				class:  "identity_unavailable"}
+		}
 		p.finishRefusal(r.Context(), st, f)
 		p.writeRefusal(w, r, f)
 		return

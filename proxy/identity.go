@@ -2,15 +2,10 @@ package proxy
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 
 	"github.com/airlock-proxy/airlock/internal/identity"
 )
@@ -18,43 +13,10 @@ import (
 // errAuth is a missing, malformed, unknown or revoked proxy credential.
 var errAuth = errors.New("proxy credential required")
 
-// tokens holds the per-sandbox proxy credentials the proxy issued. Only a hash of each
-// token is kept.
-type tokens struct {
-	mu   sync.RWMutex
-	byID map[string]tokenEntry // sandbox id → entry
-}
-
-type tokenEntry struct {
-	hash [32]byte
-	id   identity.Identity
-}
-
-// IssueToken issues a proxy credential for id, replacing any earlier one. A client presents
-// it as Proxy-Authorization: Basic base64(id.ID + ":" + token), which is what
-// http://ID:TOKEN@proxy:3128 in HTTP_PROXY makes clients send.
-func (p *Proxy) IssueToken(id identity.Identity) string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	tok := hex.EncodeToString(b[:])
-	p.tokens.mu.Lock()
-	if p.tokens.byID == nil {
-		p.tokens.byID = map[string]tokenEntry{}
-	}
-	p.tokens.byID[id.ID] = tokenEntry{hash: sha256.Sum256([]byte(tok)), id: id}
-	p.tokens.mu.Unlock()
-	return tok
-}
-
-// RevokeToken makes the sandbox's proxy credential useless: later requests with it get 407.
-func (p *Proxy) RevokeToken(sandboxID string) {
-	p.tokens.mu.Lock()
-	delete(p.tokens.byID, sandboxID)
-	p.tokens.mu.Unlock()
-}
-
-// lookupToken checks a Proxy-Authorization value.
-func (p *Proxy) lookupToken(header string) (identity.Identity, error) {
+// lookupToken checks a Proxy-Authorization value: errAuth for a missing, malformed,
+// unknown, expired or revoked credential, errCredentialUnchecked when the revocation list
+// cannot be asked.
+func (p *Proxy) lookupToken(ctx context.Context, header string) (identity.Identity, error) {
 	scheme, rest, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Basic") {
 		return identity.Identity{}, errAuth
@@ -67,14 +29,7 @@ func (p *Proxy) lookupToken(header string) (identity.Identity, error) {
 	if !ok {
 		return identity.Identity{}, errAuth
 	}
-	p.tokens.mu.RLock()
-	e, found := p.tokens.byID[user]
-	p.tokens.mu.RUnlock()
-	h := sha256.Sum256([]byte(tok))
-	if !found || subtle.ConstantTimeCompare(h[:], e.hash[:]) != 1 {
-		return identity.Identity{}, errAuth
-	}
-	return e.id, nil
+	return p.tokens.check(ctx, user, tok)
 }
 
 type ctxKey int
@@ -99,14 +54,17 @@ func (p *Proxy) identify(r *http.Request) (identity.Identity, error) {
 			return *li.bound, nil
 		}
 		// A credential on a bound listener must name that same sandbox.
-		id, err := p.lookupToken(pa)
-		if err != nil || id.ID != li.bound.ID {
+		id, err := p.lookupToken(r.Context(), pa)
+		if err != nil {
+			return identity.Identity{}, err
+		}
+		if id.ID != li.bound.ID {
 			return identity.Identity{}, errAuth
 		}
 		return *li.bound, nil
 	}
 	if pa != "" {
-		return p.lookupToken(pa)
+		return p.lookupToken(r.Context(), pa)
 	}
 	if p.opts.RequireAuth {
 		return identity.Identity{}, errAuth

@@ -37,6 +37,7 @@ type Options struct {
 	UpstreamCAs    *x509.CertPool // extra roots for upstream servers; system roots always apply
 	Resolver       Resolver       // nil: the system resolver
 	RequireAuth    bool           // requests on a shared listener without a proxy credential get 407
+	Tokens         TokenOptions   // per-sandbox proxy credentials: in memory unless keys are set
 	ReportOnly     bool           // rollout mode: denied requests pass, recorded as would_deny
 	PolicyRevision func() string  // for audit events; may be nil
 	Logger         *slog.Logger
@@ -115,6 +116,9 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if opts.ReportOnly {
 		p.log.Warn("REPORT-ONLY MODE: requests the policy denies are let through and recorded as would_deny; nothing is enforced")
+	}
+	if err := p.tokens.init(opts.Tokens); err != nil {
+		return nil, err
 	}
 	p.guard = &Guard{Allow: opts.AllowPrivate, Resolver: opts.Resolver}
 	tr, err := newTransport(p.guard, opts)

@@ -295,7 +295,7 @@ func TestIdentityAndRequireAuth(t *testing.T) {
 		t.Fatalf("no credential: status %d, want 407 with Proxy-Authenticate", resp.StatusCode)
 	}
 	id := identity.Identity{ID: "sbx-1", Labels: map[string]string{"task": "t"}}
-	tok := e.proxy.IssueToken(id)
+	tok := mustIssue(t, e.proxy, id)
 	resp, _ = get(t, e.client(url.UserPassword("sbx-1", tok)), "GET", e.https.URL+"/allowed", "")
 	if resp.StatusCode != 200 {
 		t.Fatalf("valid credential over CONNECT: status %d, want 200", resp.StatusCode)
@@ -304,7 +304,9 @@ func TestIdentityAndRequireAuth(t *testing.T) {
 	if resp.StatusCode != http.StatusProxyAuthRequired {
 		t.Errorf("bad credential: status %d, want 407", resp.StatusCode)
 	}
-	e.proxy.RevokeToken("sbx-1")
+	if err := e.proxy.RevokeToken(context.Background(), "sbx-1"); err != nil {
+		t.Fatal(err)
+	}
 	resp, _ = get(t, e.client(url.UserPassword("sbx-1", tok)), "GET", e.http.URL+"/allowed", "")
 	if resp.StatusCode != http.StatusProxyAuthRequired {
 		t.Errorf("revoked credential: status %d, want 407", resp.StatusCode)
@@ -337,7 +339,7 @@ func TestAttachedListenerIsTheIdentity(t *testing.T) {
 		t.Fatalf("bound listener: status %d, want 200", resp.StatusCode)
 	}
 	// Another sandbox's credential on this listener is refused.
-	tok := e.proxy.IssueToken(identity.Identity{ID: "sbx-other"})
+	tok := mustIssue(t, e.proxy, identity.Identity{ID: "sbx-other"})
 	c2 := e.client(url.UserPassword("sbx-other", tok))
 	c2.Transport.(*http.Transport).Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String(), User: url.UserPassword("sbx-other", tok)})
 	resp, _ = get(t, c2, "GET", e.http.URL+"/allowed", "")
@@ -499,4 +501,13 @@ func TestFailingAuditLogRefusesTraffic(t *testing.T) {
 		}
 		break
 	}
+}
+
+func mustIssue(t *testing.T, p *Proxy, id identity.Identity) string {
+	t.Helper()
+	tok, err := p.IssueToken(context.Background(), id)
+	if err != nil {
+		t.Fatalf("IssueToken(%s): %v", id.ID, err)
+	}
+	return tok
 }

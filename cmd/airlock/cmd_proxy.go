@@ -61,6 +61,12 @@ func checkConfig(ctx context.Context, cfg *Config, log *slog.Logger, cmd *cobra.
 	if _, err := loadOrInitCA(cfg, log); err != nil {
 		return err
 	}
+	if _, err := tokenOptions(cfg.Proxy, nil); err != nil {
+		return err
+	}
+	if _, err := loadIssuers(cfg.Proxy.Issuers); err != nil {
+		return err
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "config OK; policy %s revision %s\n", eng.Status().Source, eng.Revision())
 	return nil
 }
@@ -158,6 +164,9 @@ func (s *stack) adminHandler() http.Handler {
 		},
 		PolicyStatus: func() any { return s.engine.Status() },
 		Metrics:      s.telemetry.MetricsHandler(),
+		Credentials:  s.proxy,
+		Issuers:      s.issuers,
+		Logger:       s.log,
 		Mount: []func(chi.Router){func(r chi.Router) {
 			s.approvals.Routes(r)
 		}},

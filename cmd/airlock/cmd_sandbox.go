@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
 	"github.com/airlock-proxy/airlock/telemetry"
 )
 
@@ -42,13 +43,25 @@ variables, PATH, HOME, LANG and what --env adds. The proxy flags mean what they 
 'airlock proxy'; the shipped policy applies unless --policy says otherwise.
 
 Exits with CMD's exit status (124 on timeout). On exit the sandbox's Vault leases are
-revoked and everything it made is removed.`,
+revoked and everything it made is removed.
+
+--backend kubernetes runs no proxy here: the sandbox is a Pod (with a NetworkPolicy and a
+Secret) whose only way out is the in-cluster proxy Deployment. Its credential is issued
+and, on exit, revoked through the proxy's admin API (sandbox.kubernetes.proxy_admin, with
+an issuer token from sandbox.kubernetes.token_file); the cluster is reached through
+sandbox.kubernetes.kubeconfig, $KUBECONFIG, ~/.kube/config or the pod's service account.
+The proxy flags do not apply there; the in-cluster proxy's config does.`,
 		Example: `  # an allowed package index read, then a refused host
   airlock sandbox run -- sh -c 'curl -sS https://proxy.golang.org/golang.org/x/net/@v/list | tail -3; curl -sS https://example.com/'
 
   # a project checkout, copy-on-write, with limits and a report
   airlock sandbox run --workspace ./repo:cow --memory 512M --pids 256 --timeout 2m \
-    --label task=triage --report report.json -- python3 /workspace/agent.py`,
+    --label task=triage --report report.json -- python3 /workspace/agent.py
+
+  # a pod on Kubernetes, fronted by the in-cluster proxy Deployment (deploy/kubernetes);
+  # airlock.yaml has sandbox.kubernetes.proxy_admin and token_file (an issuer token)
+  airlock sandbox run --config airlock.yaml --backend kubernetes --image registry.example/agent:1 \
+    --memory 1G --cpus 1 --timeout 10m --label task=triage --report report.json -- python3 agent.py`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, _, err := pf.load(cmd)
@@ -84,11 +97,6 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	}
 	if sf.image != "" {
 		cfg.Sandbox.Image = sf.image
-	}
-	switch cfg.Sandbox.Backend {
-	case "native", "docker":
-	default:
-		return fmt.Errorf("--backend %s: the Kubernetes backend runs against an in-cluster airlock Deployment (see docs/scale.md); `sandbox run` offers native and docker", cfg.Sandbox.Backend)
 	}
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env}
 	if sf.timeout > 0 {
@@ -129,6 +137,15 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		o.Labels[k] = v
 	}
 
+	if cfg.Sandbox.Backend == "kubernetes" {
+		log := newLogger(cfg, os.Stderr)
+		if cfg.Log.Level == "info" && !cmd.Flags().Changed("config") {
+			cfg.Log.Level = "warn"
+			log = newLogger(cfg, os.Stderr)
+		}
+		return runKubernetes(ctx, cfg, o, args, sf.report, log, kubeRun{
+			connect: kubernetes.Connect, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
+	}
 	if cfg.Sandbox.Backend == "docker" {
 		if cfg.Sandbox.Image == "" {
 			return fmt.Errorf("--backend docker needs --image (a local image; nothing is pulled)")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,7 +39,33 @@ type Config struct {
 	Vault        secrets.VaultConfig                 `yaml:"vault"`
 	Credentials  map[string]secrets.CredentialConfig `yaml:"credentials"`
 	Approvals    approval.Config                     `yaml:"approvals"`
+	Proxy        ProxyConfig                         `yaml:"proxy"`
 	Sandbox      SandboxConfig                       `yaml:"sandbox"`
+}
+
+// ProxyConfig is about the per-sandbox proxy credentials the proxy issues.
+type ProxyConfig struct {
+	// TokenKeyFile holds the HMAC key(s) that sign credentials, one per line (at least 32
+	// bytes each; the first signs, all verify). Set, every replica with the same file
+	// accepts a credential any of them issued, and revocations go to the approval store.
+	// Unset, credentials live in this process's memory (one proxy).
+	TokenKeyFile string `yaml:"token_key_file"`
+	// TokenTTL is the longest life of a credential; default 24h with a key, none without.
+	TokenTTL time.Duration `yaml:"token_ttl"`
+	// RevocationCache bounds how long a credential revoked through another replica may
+	// still work on this one; default 1s, at most 10s.
+	RevocationCache time.Duration `yaml:"revocation_cache"`
+	// Issuers may issue and revoke credentials through the admin API
+	// (POST/DELETE /v1/sandboxes/{id}/token) with a bearer token read from a file. They are
+	// not approvers: whoever starts sandboxes should not approve their requests.
+	Issuers []IssuerConfig `yaml:"issuers"`
+}
+
+// IssuerConfig names a component that starts sandboxes (an orchestrator, `airlock sandbox
+// run --backend kubernetes`) and where its token is.
+type IssuerConfig struct {
+	Name      string `yaml:"name"`
+	TokenFile string `yaml:"token_file"`
 }
 
 // PolicyConfig tunes the policy engine.
@@ -93,6 +120,35 @@ type SandboxConfig struct {
 	Memory  string        `yaml:"memory"`
 	Pids    int           `yaml:"pids"`
 	CPUs    float64       `yaml:"cpus"`
+	// Kubernetes configures --backend kubernetes.
+	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+}
+
+// KubernetesConfig is how `airlock sandbox run --backend kubernetes` reaches the cluster
+// and the in-cluster proxy (deploy/kubernetes). No embedded proxy runs: credentials are
+// issued by the proxy's admin API.
+type KubernetesConfig struct {
+	// Kubeconfig; empty: in-cluster when in a pod, else $KUBECONFIG or ~/.kube/config.
+	Kubeconfig string `yaml:"kubeconfig"`
+	// Namespace sandboxes run in; default airlock-sandboxes.
+	Namespace string `yaml:"namespace"`
+	// ProxyService and ProxyNamespace name the proxy's Service; default airlock/airlock.
+	ProxyService   string `yaml:"proxy_service"`
+	ProxyNamespace string `yaml:"proxy_namespace"`
+	// ProxyPort is the Service's proxy port; default 3128.
+	ProxyPort int `yaml:"proxy_port"`
+	// ProxyAdmin is the URL of the proxy's admin API (required), e.g.
+	// http://airlock-admin.airlock.svc:9090.
+	ProxyAdmin string `yaml:"proxy_admin"`
+	// TokenFile holds an issuer token of the proxy (its proxy.issuers); required.
+	TokenFile string `yaml:"token_file"`
+	// CAFile is the proxy's CA certificate (PEM), which sandboxes trust; default
+	// $AIRLOCK_HOME/ca/ca.pem (the CA the airlock-ca Secret was made from).
+	CAFile string `yaml:"ca_file"`
+	// RuntimeClass, e.g. gvisor or kata; optional.
+	RuntimeClass string `yaml:"runtime_class"`
+	// WorkspaceClaim is a PersistentVolumeClaim mounted at /workspace; optional.
+	WorkspaceClaim string `yaml:"workspace_claim"`
 }
 
 // defaults fills in what neither the file nor the flags set.
@@ -152,6 +208,12 @@ func (c *Config) Validate() error {
 	case "native", "docker", "kubernetes":
 	default:
 		return fmt.Errorf("sandbox.backend: %q: want native, docker or kubernetes", c.Sandbox.Backend)
+	}
+	if err := c.Proxy.validate(); err != nil {
+		return err
+	}
+	if err := c.Sandbox.Kubernetes.validate(); err != nil {
+		return err
 	}
 	if err := c.Approvals.Validate(); err != nil {
 		return prefixKey("approvals", err)
@@ -302,4 +364,47 @@ func (k *keyLines) locate(err error) error {
 		}
 	}
 	return &configError{file: k.file, line: line, err: err}
+}
+
+// maxRevocationCache bounds proxy.revocation_cache: a revoked credential must not work for
+// long anywhere.
+const maxRevocationCache = 10 * time.Second
+
+func (p ProxyConfig) validate() error {
+	if p.TokenTTL < 0 {
+		return fmt.Errorf("proxy.token_ttl: must not be negative, got %s", p.TokenTTL)
+	}
+	if p.RevocationCache < 0 || p.RevocationCache > maxRevocationCache {
+		return fmt.Errorf("proxy.revocation_cache: want 0 (default 1s) up to %s, got %s", maxRevocationCache, p.RevocationCache)
+	}
+	seen := map[string]bool{}
+	for i, is := range p.Issuers {
+		key := fmt.Sprintf("proxy.issuers[%d]", i)
+		switch {
+		case is.Name == "":
+			return fmt.Errorf("%s.name: required", key)
+		case seen[is.Name]:
+			return fmt.Errorf("%s.name: %q is listed twice", key, is.Name)
+		case is.TokenFile == "":
+			return fmt.Errorf("%s.token_file: required", key)
+		}
+		seen[is.Name] = true
+	}
+	return nil
+}
+
+func (k KubernetesConfig) validate() error {
+	if k.ProxyAdmin != "" {
+		u, err := url.Parse(k.ProxyAdmin)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("sandbox.kubernetes.proxy_admin: %q: want the admin API's http:// or https:// URL", k.ProxyAdmin)
+		}
+		if u.User != nil {
+			return fmt.Errorf("sandbox.kubernetes.proxy_admin: put the issuer token in sandbox.kubernetes.token_file, not in the URL")
+		}
+	}
+	if k.ProxyPort < 0 || k.ProxyPort > 65535 {
+		return fmt.Errorf("sandbox.kubernetes.proxy_port: %d is not a port", k.ProxyPort)
+	}
+	return nil
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
 )
 
 func writeConfig(t *testing.T, body string) string {
@@ -73,4 +75,34 @@ func loadWithFlags(t *testing.T, args ...string) (*Config, *keyLines, error) {
 		t.Fatal(err)
 	}
 	return f.load(cmd)
+}
+
+// TestKubernetesManifestConfigLoads: the airlock.yaml in deploy/kubernetes uses only keys
+// the config knows, with valid values (the manifests' own test checks the mounts).
+func TestKubernetesManifestConfigLoads(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/kubernetes/configmap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var doc struct {
+			Metadata struct{ Name string }
+			Data     map[string]string
+		}
+		if err := dec.Decode(&doc); err != nil {
+			t.Fatalf("no airlock-config ConfigMap with airlock.yaml: %v", err)
+		}
+		if doc.Metadata.Name != "airlock-config" {
+			continue
+		}
+		cfg, _, err := loadWithFlags(t, "--config", writeConfig(t, doc.Data["airlock.yaml"]))
+		if err != nil {
+			t.Fatalf("deploy/kubernetes airlock.yaml: %v", err)
+		}
+		if cfg.Proxy.TokenKeyFile == "" || len(cfg.Proxy.Issuers) == 0 {
+			t.Errorf("deploy/kubernetes airlock.yaml: proxy.token_key_file %q, %d issuers; want both for several replicas", cfg.Proxy.TokenKeyFile, len(cfg.Proxy.Issuers))
+		}
+		return
+	}
 }

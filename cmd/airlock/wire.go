@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/internal/bearer"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
@@ -30,6 +31,8 @@ type stack struct {
 	audit     *audit.Sink
 	broker    *secrets.Broker
 	approvals *approval.Service
+	store     approval.Store
+	issuers   *bearer.Set
 	proxy     *proxy.Proxy
 	telemetry *telemetry.Telemetry
 	closers   []func(context.Context) error
@@ -129,11 +132,24 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
 		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
 	}
-	s.approvals, err = approval.New(ctx, approval.Options{Config: cfg.Approvals, Logger: log})
+	// One store for approvals and the credential revocation list.
+	s.store, err = approval.OpenStore(ctx, cfg.Approvals.Store)
+	if err != nil {
+		return nil, fmt.Errorf("approvals.store: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return s.store.Close() })
+	s.approvals, err = approval.New(ctx, approval.Options{Config: cfg.Approvals, Store: s.store, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("approvals: %w", err)
 	}
 	s.closers = append(s.closers, func(context.Context) error { return s.approvals.Close() })
+	tokens, err := tokenOptions(cfg.Proxy, s.store)
+	if err != nil {
+		return nil, err
+	}
+	if s.issuers, err = loadIssuers(cfg.Proxy.Issuers); err != nil {
+		return nil, err
+	}
 	var allow []netip.Prefix
 	for _, c := range cfg.AllowPrivate {
 		p, _ := parsePrefix(c)
@@ -156,6 +172,7 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 		Approver:       s.approvals,
 		AllowPrivate:   allow,
 		RequireAuth:    cfg.RequireAuth,
+		Tokens:         tokens,
 		ReportOnly:     cfg.ReportOnly,
 		PolicyRevision: s.engine.Revision,
 		Telemetry:      &proxy.OTel{T: s.telemetry, TrustClientTraceparent: cfg.Telemetry.TrustClientTraceparent},
@@ -183,6 +200,48 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 		return nil, err
 	}
 	return s, nil
+}
+
+// tokenOptions reads proxy.token_key_file: signed credentials shared by replicas, revoked
+// in store; no file, credentials in memory.
+func tokenOptions(pc ProxyConfig, store approval.Store) (proxy.TokenOptions, error) {
+	o := proxy.TokenOptions{TTL: pc.TokenTTL, RevocationCache: pc.RevocationCache}
+	if pc.TokenKeyFile == "" {
+		return o, nil
+	}
+	b, err := os.ReadFile(pc.TokenKeyFile)
+	if err != nil {
+		return o, fmt.Errorf("proxy.token_key_file: %w", err)
+	}
+	for i, line := range strings.Split(string(b), "\n") {
+		k := strings.TrimSpace(line)
+		if k == "" {
+			continue
+		}
+		if len(k) < proxy.MinTokenKeyLen {
+			return o, fmt.Errorf("proxy.token_key_file: %s line %d: a key of %d bytes; want at least %d (e.g. head -c 32 /dev/urandom | base64)",
+				pc.TokenKeyFile, i+1, len(k), proxy.MinTokenKeyLen)
+		}
+		o.Keys = append(o.Keys, []byte(k))
+	}
+	if len(o.Keys) == 0 {
+		return o, fmt.Errorf("proxy.token_key_file: %s holds no key", pc.TokenKeyFile)
+	}
+	o.Revocations = store
+	return o, nil
+}
+
+func loadIssuers(cfgs []IssuerConfig) (*bearer.Set, error) {
+	entries := make([]bearer.Entry, len(cfgs))
+	for i, c := range cfgs {
+		entries[i] = bearer.Entry{Name: c.Name, File: c.TokenFile}
+	}
+	set, err := bearer.Load(entries)
+	var le *bearer.LoadError
+	if errors.As(err, &le) {
+		return nil, fmt.Errorf("proxy.issuers[%d].token_file: %w", le.Index, le.Err)
+	}
+	return set, err
 }
 
 func loadOrInitCA(cfg *Config, log *slog.Logger) (*ca.CA, error) {

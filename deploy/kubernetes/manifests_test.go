@@ -134,6 +134,22 @@ func TestManifestsHangTogether(t *testing.T) {
 	if !strings.Contains(cfg, "store: \"postgres://") || strings.Contains(cfg, "password") {
 		t.Errorf("airlock.yaml: want a postgres store without a password in it:\n%s", cfg)
 	}
+	// Credentials every replica accepts: the key and the issuer tokens are files mounted
+	// from Secrets, at the paths airlock.yaml names.
+	for _, want := range []struct{ key, secret string }{
+		{"token_key_file: ", "airlock-token-key"},
+		{"token_file: ", "airlock-issuers"},
+	} {
+		i := strings.Index(cfg, want.key)
+		if i < 0 {
+			t.Errorf("airlock.yaml has no %s: replicas would not share credentials", strings.TrimSuffix(want.key, ": "))
+			continue
+		}
+		path := strings.TrimSpace(strings.SplitN(cfg[i+len(want.key):], "\n", 2)[0])
+		if !secretMountedAt(dep, filepath.Dir(path), want.secret) {
+			t.Errorf("%s%s: its directory is not a mount of the %s Secret", want.key, path, want.secret)
+		}
+	}
 	if !strings.Contains(cfg, "require_auth: true") {
 		t.Errorf("airlock.yaml: want require_auth: true (sandboxes identify by credential)")
 	}
@@ -173,4 +189,20 @@ func stripComments(doc []byte) []byte {
 		}
 	}
 	return bytes.Join(out, []byte("\n"))
+}
+
+// secretMountedAt reports whether the proxy container mounts Secret secret at dir.
+func secretMountedAt(dep *appsv1.Deployment, dir, secret string) bool {
+	vols := map[string]string{}
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			vols[v.Name] = v.Secret.SecretName
+		}
+	}
+	for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if m.MountPath == dir && m.ReadOnly && vols[m.Name] == secret {
+			return true
+		}
+	}
+	return false
 }

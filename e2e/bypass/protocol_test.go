@@ -4,6 +4,7 @@ package bypass_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
@@ -244,8 +245,11 @@ func protocolCases(e *env) []attack {
 				}
 				detach := e.proxy.Attach(ln, identity.Identity{ID: "sbx-victim-owner"})
 				defer detach()
-				tok := e.proxy.IssueToken(identity.Identity{ID: "sbx-other"})
-				defer e.proxy.RevokeToken("sbx-other")
+				tok, err := e.proxy.IssueToken(context.Background(), identity.Identity{ID: "sbx-other"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.proxy.RevokeToken(context.Background(), "sbx-other")
 				cred := base64.StdEncoding.EncodeToString([]byte("sbx-other:" + tok))
 				c := dial(t, ln.Addr().String())
 				fmt.Fprintf(c, "GET %s/public/a HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", e.upstreamURL(), host, cred)

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"context"
 	"os"
 	"slices"
 	"strconv"
@@ -30,8 +31,8 @@ func testBackend(t *testing.T, o Options) *Backend {
 
 type nopTokens struct{}
 
-func (nopTokens) IssueToken(sandbox.Identity) string { return "t" }
-func (nopTokens) RevokeToken(string)                 {}
+func (nopTokens) IssueToken(context.Context, sandbox.Identity) (string, error) { return "t", nil }
+func (nopTokens) RevokeToken(context.Context, string) error                    { return nil }
 
 // TestSpecBoundary: every container gets the whole boundary, whatever the options.
 func TestSpecBoundary(t *testing.T) {

@@ -20,6 +20,7 @@
 package docker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,11 +42,13 @@ const (
 	ModeInternal Mode = "internal" // own internal network shared with the proxy container; credential in HTTP_PROXY
 )
 
-// TokenIssuer issues and revokes per-sandbox proxy credentials; *proxy.Proxy implements it.
-// A client presents the token as http://ID:TOKEN@proxy:3128 in HTTP_PROXY.
+// TokenIssuer issues and revokes per-sandbox proxy credentials: *proxy.Proxy in the same
+// process, or *admin.Client for a proxy in its own container (its admin API). A client
+// presents the token as http://ID:TOKEN@proxy:3128 in HTTP_PROXY. Errors end the Create
+// (issue) or are reported by Close (revoke).
 type TokenIssuer interface {
-	IssueToken(id sandbox.Identity) string
-	RevokeToken(sandboxID string)
+	IssueToken(ctx context.Context, id sandbox.Identity) (string, error)
+	RevokeToken(ctx context.Context, sandboxID string) error
 }
 
 // Options configure the Docker backend.

@@ -97,7 +97,10 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 			return nil, err
 		}
 	case b.mode == ModeInternal:
-		tok := b.opts.Tokens.IssueToken(sandbox.Identity{ID: o.ID, Labels: o.Labels})
+		tok, err := b.opts.Tokens.IssueToken(ctx, sandbox.Identity{ID: o.ID, Labels: o.Labels})
+		if err != nil {
+			return nil, fmt.Errorf("issue proxy credential: %w", err)
+		}
 		in.token = true
 		in.proxyEnv = proxyEnv(o.ID, tok, in.proxyAddr)
 	}
@@ -154,7 +157,9 @@ func (in *instance) Close(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	if in.token {
-		in.b.opts.Tokens.RevokeToken(in.opts.ID)
+		if err := in.b.opts.Tokens.RevokeToken(ctx, in.opts.ID); err != nil {
+			errs = append(errs, fmt.Errorf("revoke proxy credential: %w", err))
+		}
 	}
 	for _, d := range in.detach {
 		d()

@@ -50,7 +50,10 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return nil, fmt.Errorf("proxy service %s/%s has no cluster IP", b.opts.ProxyNamespace, b.opts.ProxyService)
 	}
-	tok := b.opts.Tokens.IssueToken(sandbox.Identity{ID: o.ID, Labels: o.Labels})
+	tok, err := b.opts.Tokens.IssueToken(ctx, sandbox.Identity{ID: o.ID, Labels: o.Labels})
+	if err != nil {
+		return nil, fmt.Errorf("issue proxy credential: %w", err)
+	}
 	in.token = true
 	objs, err := b.buildObjects(o, svc.Spec.ClusterIP, tok)
 	if err != nil {
@@ -180,13 +183,15 @@ func (in *instance) Close(ctx context.Context) error {
 	in.closed = true
 	in.mu.Unlock()
 	ctx = context.WithoutCancel(ctx)
+	var errs []error
 	if in.token {
-		in.b.opts.Tokens.RevokeToken(in.opts.ID)
+		if err := in.b.opts.Tokens.RevokeToken(ctx, in.opts.ID); err != nil {
+			errs = append(errs, fmt.Errorf("revoke proxy credential: %w", err))
+		}
 	}
 	ns, c := in.b.opts.Namespace, in.b.opts.Client
 	grace := int64(0)
 	del := metav1.DeleteOptions{GracePeriodSeconds: &grace}
-	var errs []error
 	for _, kind := range []string{"pod", "secret", "networkpolicy"} {
 		var err error
 		switch kind {

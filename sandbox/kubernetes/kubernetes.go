@@ -34,11 +34,13 @@ import (
 	"github.com/airlock-proxy/airlock/sandbox"
 )
 
-// TokenIssuer issues and revokes per-sandbox proxy credentials; *proxy.Proxy implements it
-// (with several proxy replicas, one whose tokens all replicas accept).
+// TokenIssuer issues and revokes per-sandbox proxy credentials. With an in-cluster proxy
+// Deployment that is *admin.Client, talking to the proxy's admin API; the replicas must
+// share signed credentials (proxy.token_key_file) so that every one accepts them. Errors
+// end the Create (issue) or are reported by Close (revoke).
 type TokenIssuer interface {
-	IssueToken(id sandbox.Identity) string
-	RevokeToken(sandboxID string)
+	IssueToken(ctx context.Context, id sandbox.Identity) (string, error)
+	RevokeToken(ctx context.Context, sandboxID string) error
 }
 
 // Execer runs a command in a container of a pod and returns its exit status. The default

@@ -169,3 +169,39 @@ func TestConnectNamesTheMissingConfig(t *testing.T) {
 		t.Errorf("Connect: %v, want an error naming the kubeconfig", err)
 	}
 }
+
+// TestIssueFailureCreatesNothing: when no credential can be had (the admin API is down),
+// Create fails with that error and no object is made.
+func TestIssueFailureCreatesNothing(t *testing.T) {
+	c := fakeCluster(t)
+	tok := &tokens{issueErr: errors.New("airlock admin API at http://airlock-admin:9090 unreachable")}
+	b := newTestBackend(t, Options{Client: c, Tokens: tok})
+	_, err := sandbox.New(context.Background(), sandbox.Options{ID: "sbx-noissue", Backend: b})
+	if err == nil || !strings.Contains(err.Error(), "issue proxy credential") || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("New: %v, want the issue error", err)
+	}
+	if got := objectsLeft(t, c); len(got) != 0 {
+		t.Errorf("objects made without a credential: %v", got)
+	}
+}
+
+// TestRevokeFailureIsReported: Close still deletes everything when the credential cannot
+// be revoked, and says that it could not.
+func TestRevokeFailureIsReported(t *testing.T) {
+	c := fakeCluster(t)
+	tok := &tokens{}
+	b := newTestBackend(t, Options{Client: c, Tokens: tok})
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-norevoke", Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok.revokeErr = errors.New("admin API answered 503")
+	err = sb.Close(ctx)
+	if err == nil || !strings.Contains(err.Error(), "revoke proxy credential") {
+		t.Errorf("Close: %v, want the revoke error", err)
+	}
+	if got := objectsLeft(t, c); len(got) != 0 {
+		t.Errorf("left behind after Close: %v", got)
+	}
+}

@@ -21,18 +21,31 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // testToken stands in for a proxy credential; it is not a secret.
 const testToken = "test-token-not-a-secret"
 
-// tokens is an in-memory TokenIssuer recording what is live.
-type tokens struct{ live map[string]bool }
+// tokens is an in-memory TokenIssuer recording what is live; issueErr and revokeErr make
+// it fail as an unreachable admin API would.
+type tokens struct {
+	live                map[string]bool
+	issueErr, revokeErr error
+}
 
-func (t *tokens) IssueToken(id sandbox.Identity) string {
+func (t *tokens) IssueToken(_ context.Context, id sandbox.Identity) (string, error) {
+	if t.issueErr != nil {
+		return "", t.issueErr
+	}
 	if t.live == nil {
 		t.live = map[string]bool{}
 	}
 	t.live[id.ID] = true
-	return testToken
+	return testToken, nil
 }
 
-func (t *tokens) RevokeToken(id string) { delete(t.live, id) }
+func (t *tokens) RevokeToken(_ context.Context, id string) error {
+	if t.revokeErr != nil {
+		return t.revokeErr
+	}
+	delete(t.live, id)
+	return nil
+}
 
 // execRecorder is an in-memory Execer that records commands and answers with a status.
 type execRecorder struct {

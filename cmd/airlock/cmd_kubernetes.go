@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/airlock-proxy/airlock/admin"
+	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/docker"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
+)
+
+// The admin API client is the credential issuer of both container backends.
+var (
+	_ kubernetes.TokenIssuer = (*admin.Client)(nil)
+	_ docker.TokenIssuer     = (*admin.Client)(nil)
+)
+
+// kubeRun is what `sandbox run --backend kubernetes` needs from outside: the cluster
+// connection and, in tests, the exec transport and the command's streams.
+type kubeRun struct {
+	connect func(kubeconfig string) (k8s.Interface, *rest.Config, error)
+	execer  kubernetes.Execer // nil: pods/exec over the REST config
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+// runKubernetes runs args in a sandbox pod fronted by the in-cluster proxy Deployment: no
+// proxy runs here; the sandbox's credential is issued (and revoked on Close) by the proxy's
+// admin API, so every replica accepts it.
+func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []string, report string, log *slog.Logger, kr kubeRun) error {
+	kc := cfg.Sandbox.Kubernetes
+	switch {
+	case cfg.Sandbox.Image == "":
+		return errors.New("--backend kubernetes needs --image (or sandbox.image): the sandbox pod's image, pulled by the cluster")
+	case kc.ProxyAdmin == "":
+		return errors.New("--backend kubernetes needs sandbox.kubernetes.proxy_admin: the URL of the in-cluster proxy's admin API, which issues the sandbox's credential (e.g. http://airlock-admin.airlock.svc:9090)")
+	case kc.TokenFile == "":
+		return errors.New("--backend kubernetes needs sandbox.kubernetes.token_file: a file holding an issuer token of the proxy (one of its proxy.issuers)")
+	}
+	if o.Workspace != "" {
+		return fmt.Errorf("--workspace %s: host directories do not exist on the cluster's nodes; set sandbox.kubernetes.workspace_claim to a PersistentVolumeClaim", o.Workspace)
+	}
+	b, err := os.ReadFile(kc.TokenFile)
+	if err != nil {
+		return fmt.Errorf("sandbox.kubernetes.token_file: %w", err)
+	}
+	issuerToken := strings.TrimSpace(string(b))
+	if issuerToken == "" {
+		return fmt.Errorf("sandbox.kubernetes.token_file: %s is empty", kc.TokenFile)
+	}
+	caFile := kc.CAFile
+	if caFile == "" {
+		caFile = filepath.Join(cfg.Home, "ca", "ca.pem")
+	}
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return fmt.Errorf("sandbox.kubernetes.ca_file: the proxy's CA certificate, which sandboxes trust: %w", err)
+	}
+	client, restCfg, err := kr.connect(kc.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--backend kubernetes: no usable cluster configuration (sandbox.kubernetes.kubeconfig, $KUBECONFIG, ~/.kube/config, or the pod's service account): %w", err)
+	}
+	proxyNS := kc.ProxyNamespace
+	if proxyNS == "" {
+		proxyNS = "airlock"
+	}
+	proxySvc := kc.ProxyService
+	if proxySvc == "" {
+		proxySvc = "airlock"
+	}
+	issuer := &admin.Client{BaseURL: kc.ProxyAdmin, Token: issuerToken}
+	if o.Timeout > 0 {
+		// Long enough for the pod to start, the command and Close; without a timeout the
+		// proxy's proxy.token_ttl applies. Close revokes it either way.
+		issuer.TTL = o.Timeout + kubernetes.DefaultStartTimeout + 10*time.Minute
+	}
+	be, err := kubernetes.New(kubernetes.Options{
+		Client: client, RESTConfig: restCfg, Execer: kr.execer,
+		Namespace: kc.Namespace, Image: cfg.Sandbox.Image,
+		ProxyService: proxySvc, ProxyNamespace: proxyNS, ProxyPort: kc.ProxyPort,
+		Tokens: issuer, RuntimeClassName: kc.RuntimeClass, WorkspaceClaim: kc.WorkspaceClaim,
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	o.Backend = be
+	o.CABundle = caBundle(caPEM)
+	o.Logger = log
+	sb, err := sandbox.New(ctx, o)
+	if err != nil {
+		return fmt.Errorf("create sandbox: %w", err)
+	}
+	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: kr.stdin, Stdout: kr.stdout, Stderr: kr.stderr})
+	closeErr := sb.Close(context.Background())
+	if report != "" {
+		b, err := json.MarshalIndent(sb.Report(), "", "  ")
+		if err == nil {
+			err = os.WriteFile(report, append(b, '\n'), 0o600)
+		}
+		if err != nil {
+			return fmt.Errorf("--report: %w", err)
+		}
+	}
+	if closeErr != nil {
+		// The credential may still be valid, or objects left in the cluster: say so loudly.
+		fmt.Fprintf(kr.stderr, "airlock: sandbox %s cleanup failed: %v\n", sb.ID(), closeErr)
+	}
+	if runErr != nil {
+		return fmt.Errorf("run: %w", runErr)
+	}
+	if closeErr != nil && res.ExitCode == 0 {
+		return fmt.Errorf("sandbox %s cleanup: %w", sb.ID(), closeErr)
+	}
+	if res.TimedOut {
+		fmt.Fprintf(kr.stderr, "airlock: sandbox %s timed out after %s; its command was killed\n", sb.ID(), o.Timeout)
+	}
+	if res.ExitCode != 0 {
+		return exitCode(res.ExitCode)
+	}
+	return nil
+}
