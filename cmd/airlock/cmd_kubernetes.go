@@ -53,21 +53,9 @@ func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []s
 	if o.Workspace != "" {
 		return fmt.Errorf("--workspace %s: host directories do not exist on the cluster's nodes; set sandbox.kubernetes.workspace_claim to a PersistentVolumeClaim", o.Workspace)
 	}
-	b, err := os.ReadFile(kc.TokenFile)
+	rp, err := newRemoteProxy("sandbox.kubernetes", kc.ProxyAdmin, kc.TokenFile, kc.CAFile, cfg.Home)
 	if err != nil {
-		return fmt.Errorf("sandbox.kubernetes.token_file: %w", err)
-	}
-	issuerToken := strings.TrimSpace(string(b))
-	if issuerToken == "" {
-		return fmt.Errorf("sandbox.kubernetes.token_file: %s is empty", kc.TokenFile)
-	}
-	caFile := kc.CAFile
-	if caFile == "" {
-		caFile = filepath.Join(cfg.Home, "ca", "ca.pem")
-	}
-	caPEM, err := os.ReadFile(caFile)
-	if err != nil {
-		return fmt.Errorf("sandbox.kubernetes.ca_file: the proxy's CA certificate, which sandboxes trust: %w", err)
+		return err
 	}
 	client, restCfg, err := kr.connect(kc.Kubeconfig)
 	if err != nil {
@@ -81,7 +69,7 @@ func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []s
 	if proxySvc == "" {
 		proxySvc = "airlock"
 	}
-	issuer := &admin.Client{BaseURL: kc.ProxyAdmin, Token: issuerToken}
+	issuer := rp.issuer
 	if o.Timeout > 0 {
 		// Long enough for the pod to start, the command and Close; without a timeout the
 		// proxy's proxy.token_ttl applies. Close revokes it either way.
@@ -98,13 +86,47 @@ func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []s
 		return err
 	}
 	o.Backend = be
-	o.CABundle = caBundle(caPEM)
+	o.CABundle = caBundle(rp.caPEM)
 	o.Logger = log
+	return runRemote(ctx, o, args, report, kr.stdin, kr.stdout, kr.stderr)
+}
+
+// remoteProxy is a proxy running elsewhere (a Deployment in a cluster, a container) that
+// issues and revokes sandboxes' credentials through its admin API.
+type remoteProxy struct {
+	issuer *admin.Client
+	caPEM  []byte // its CA, which sandboxes trust
+}
+
+// newRemoteProxy reads the issuer token and the proxy's CA named in a config section.
+func newRemoteProxy(section, adminURL, tokenFile, caFile, home string) (*remoteProxy, error) {
+	b, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s.token_file: %w", section, err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return nil, fmt.Errorf("%s.token_file: %s is empty", section, tokenFile)
+	}
+	if caFile == "" {
+		caFile = filepath.Join(home, "ca", "ca.pem")
+	}
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s.ca_file: the proxy's CA certificate, which sandboxes trust: %w", section, err)
+	}
+	return &remoteProxy{issuer: &admin.Client{BaseURL: adminURL, Token: token}, caPEM: caPEM}, nil
+}
+
+// runRemote runs args in a sandbox whose backend gets its credential from a remote proxy
+// (o.Backend set), writes the report, and closes it, which revokes the credential. It
+// returns the command's exit status as an exitCode error.
+func runRemote(ctx context.Context, o sandbox.Options, args []string, report string, stdin io.Reader, stdout, stderr io.Writer) error {
 	sb, err := sandbox.New(ctx, o)
 	if err != nil {
 		return fmt.Errorf("create sandbox: %w", err)
 	}
-	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: kr.stdin, Stdout: kr.stdout, Stderr: kr.stderr})
+	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	closeErr := sb.Close(context.Background())
 	if report != "" {
 		b, err := json.MarshalIndent(sb.Report(), "", "  ")
@@ -117,7 +139,7 @@ func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []s
 	}
 	if closeErr != nil {
 		// The credential may still be valid, or objects left in the cluster: say so loudly.
-		fmt.Fprintf(kr.stderr, "airlock: sandbox %s cleanup failed: %v\n", sb.ID(), closeErr)
+		fmt.Fprintf(stderr, "airlock: sandbox %s cleanup failed: %v\n", sb.ID(), closeErr)
 	}
 	if runErr != nil {
 		return fmt.Errorf("run: %w", runErr)
@@ -126,7 +148,7 @@ func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []s
 		return fmt.Errorf("sandbox %s cleanup: %w", sb.ID(), closeErr)
 	}
 	if res.TimedOut {
-		fmt.Fprintf(kr.stderr, "airlock: sandbox %s timed out after %s; its command was killed\n", sb.ID(), o.Timeout)
+		fmt.Fprintf(stderr, "airlock: sandbox %s timed out after %s; its command was killed\n", sb.ID(), o.Timeout)
 	}
 	if res.ExitCode != 0 {
 		return exitCode(res.ExitCode)

@@ -137,11 +137,16 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		o.Labels[k] = v
 	}
 
-	if cfg.Sandbox.Backend == "kubernetes" {
+	remote := cfg.Sandbox.Backend == "kubernetes" || (cfg.Sandbox.Backend == "docker" && cfg.Sandbox.Docker.Mode == "internal")
+	if remote {
+		// The proxy runs elsewhere (a cluster, a container); nothing is embedded here.
 		log := newLogger(cfg, os.Stderr)
 		if cfg.Log.Level == "info" && !cmd.Flags().Changed("config") {
 			cfg.Log.Level = "warn"
 			log = newLogger(cfg, os.Stderr)
+		}
+		if cfg.Sandbox.Backend == "docker" {
+			return runDockerInternal(ctx, cfg, o, args, sf.report, log, os.Stdin, os.Stdout, os.Stderr)
 		}
 		return runKubernetes(ctx, cfg, o, args, sf.report, log, kubeRun{
 			connect: kubernetes.Connect, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
@@ -150,7 +155,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		if cfg.Sandbox.Image == "" {
 			return fmt.Errorf("--backend docker needs --image (a local image; nothing is pulled)")
 		}
-		b, err := docker.New(docker.Options{Image: cfg.Sandbox.Image})
+		b, err := docker.New(docker.Options{Image: cfg.Sandbox.Image, Runtime: cfg.Sandbox.Docker.Runtime})
 		if err != nil {
 			return fmt.Errorf("docker backend: %w", err)
 		}

@@ -120,8 +120,34 @@ type SandboxConfig struct {
 	Memory  string        `yaml:"memory"`
 	Pids    int           `yaml:"pids"`
 	CPUs    float64       `yaml:"cpus"`
+	// Docker configures --backend docker.
+	Docker DockerConfig `yaml:"docker"`
 	// Kubernetes configures --backend kubernetes.
 	Kubernetes KubernetesConfig `yaml:"kubernetes"`
+}
+
+// DockerConfig is how `airlock sandbox run --backend docker` fronts its container.
+type DockerConfig struct {
+	// Mode is "netns" (default): an embedded proxy whose listener is opened inside a
+	// --network none container (root beside the Docker daemon); or "internal": the proxy
+	// runs in its own container (ProxyContainer), each sandbox gets an internal network
+	// shared only with it, and a credential issued and revoked by its admin API.
+	Mode string `yaml:"mode"`
+	// ProxyContainer is the proxy's container (name or id); required in internal mode.
+	ProxyContainer string `yaml:"proxy_container"`
+	// ProxyPort is the port the proxy listens on in that container; default 3128.
+	ProxyPort int `yaml:"proxy_port"`
+	// ProxyAdmin is the URL of that proxy's admin API, as reachable from here; required
+	// in internal mode.
+	ProxyAdmin string `yaml:"proxy_admin"`
+	// TokenFile holds an issuer token of that proxy (its proxy.issuers); required in
+	// internal mode.
+	TokenFile string `yaml:"token_file"`
+	// CAFile is that proxy's CA certificate (PEM), which sandboxes trust; default
+	// $AIRLOCK_HOME/ca/ca.pem.
+	CAFile string `yaml:"ca_file"`
+	// Runtime is an OCI runtime registered with the daemon, e.g. runsc; optional.
+	Runtime string `yaml:"runtime"`
 }
 
 // KubernetesConfig is how `airlock sandbox run --backend kubernetes` reaches the cluster
@@ -213,6 +239,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Sandbox.Kubernetes.validate(); err != nil {
+		return err
+	}
+	if err := c.Sandbox.Docker.validate(); err != nil {
 		return err
 	}
 	if err := c.Approvals.Validate(); err != nil {
@@ -394,17 +423,31 @@ func (p ProxyConfig) validate() error {
 }
 
 func (k KubernetesConfig) validate() error {
-	if k.ProxyAdmin != "" {
-		u, err := url.Parse(k.ProxyAdmin)
+	return validateRemoteProxy("sandbox.kubernetes", k.ProxyAdmin, k.ProxyPort)
+}
+
+func (d DockerConfig) validate() error {
+	switch d.Mode {
+	case "", "netns", "internal":
+	default:
+		return fmt.Errorf("sandbox.docker.mode: %q: want netns or internal", d.Mode)
+	}
+	return validateRemoteProxy("sandbox.docker", d.ProxyAdmin, d.ProxyPort)
+}
+
+// validateRemoteProxy checks the admin URL and proxy port of a proxy running elsewhere.
+func validateRemoteProxy(section, admin string, port int) error {
+	if admin != "" {
+		u, err := url.Parse(admin)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("sandbox.kubernetes.proxy_admin: %q: want the admin API's http:// or https:// URL", k.ProxyAdmin)
+			return fmt.Errorf("%s.proxy_admin: %q: want the admin API's http:// or https:// URL", section, admin)
 		}
 		if u.User != nil {
-			return fmt.Errorf("sandbox.kubernetes.proxy_admin: put the issuer token in sandbox.kubernetes.token_file, not in the URL")
+			return fmt.Errorf("%s.proxy_admin: put the issuer token in %s.token_file, not in the URL", section, section)
 		}
 	}
-	if k.ProxyPort < 0 || k.ProxyPort > 65535 {
-		return fmt.Errorf("sandbox.kubernetes.proxy_port: %d is not a port", k.ProxyPort)
+	if port < 0 || port > 65535 {
+		return fmt.Errorf("%s.proxy_port: %d is not a port", section, port)
 	}
 	return nil
 }
