@@ -58,6 +58,10 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
   airlock sandbox run --workspace ./repo:cow --memory 512M --pids 256 --timeout 2m \
     --label task=triage --report report.json -- python3 /workspace/agent.py
 
+  # a container on an internal network shared only with the proxy's own container;
+  # airlock.yaml has sandbox.docker: {mode: internal, proxy_container, proxy_admin, token_file}
+  airlock sandbox run --config airlock.yaml --backend docker --image agent:local -- sh -c 'curl -sS https://pypi.org/simple/ | head'
+
   # a pod on Kubernetes, fronted by the in-cluster proxy Deployment (deploy/kubernetes);
   # airlock.yaml has sandbox.kubernetes.proxy_admin and token_file (an issuer token)
   airlock sandbox run --config airlock.yaml --backend kubernetes --image registry.example/agent:1 \
