@@ -37,19 +37,30 @@ func runDockerInternal(ctx context.Context, cfg *Config, o sandbox.Options, args
 		// timeout the proxy's proxy.token_ttl applies.
 		rp.issuer.TTL = o.Timeout + 10*time.Minute
 	}
-	b, err := docker.New(docker.Options{
+	b, err := dockerBackend(ctx, docker.Options{
 		Image: cfg.Sandbox.Image, Mode: docker.ModeInternal, Tokens: rp.issuer,
 		ProxyContainer: dc.ProxyContainer, ProxyPort: dc.ProxyPort, Runtime: dc.Runtime, Logger: log,
 	})
 	if err != nil {
-		return fmt.Errorf("docker backend: %w", err)
+		return err
 	}
 	defer b.Close()
-	if _, err := b.RemoveLeftovers(ctx); err != nil {
-		return fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
-	}
 	o.Backend = b
 	o.CABundle = caBundle(rp.caPEM)
 	o.Logger = log
 	return runRemote(ctx, o, args, report, stdin, stdout, stderr)
+}
+
+// dockerBackend connects to the Docker daemon and removes what sandboxes of earlier,
+// no longer running airlock processes left behind.
+func dockerBackend(ctx context.Context, o docker.Options) (*docker.Backend, error) {
+	b, err := docker.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("docker backend: %w", err)
+	}
+	if _, err := b.RemoveLeftovers(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
+	}
+	return b, nil
 }

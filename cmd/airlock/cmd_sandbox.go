@@ -159,14 +159,11 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		if cfg.Sandbox.Image == "" {
 			return fmt.Errorf("--backend docker needs --image (a local image; nothing is pulled)")
 		}
-		b, err := docker.New(docker.Options{Image: cfg.Sandbox.Image, Runtime: cfg.Sandbox.Docker.Runtime})
+		b, err := dockerBackend(ctx, docker.Options{Image: cfg.Sandbox.Image, Runtime: cfg.Sandbox.Docker.Runtime})
 		if err != nil {
-			return fmt.Errorf("docker backend: %w", err)
+			return err
 		}
 		defer b.Close()
-		if _, err := b.RemoveLeftovers(ctx); err != nil {
-			return fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
-		}
 		o.Backend = b
 	} else if err := (&sandbox.Native{}).Cleanup(ctx); err != nil {
 		return fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)

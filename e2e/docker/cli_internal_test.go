@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 )
 
@@ -64,22 +65,8 @@ func TestCLIInternalModeWithTheProxyInAContainer(t *testing.T) {
 	state := t.TempDir()
 	os.Chmod(state, 0o755)
 	runCmd(t, exec.Command(bin, "ca", "init"), "AIRLOCK_HOME="+state)
-	policy := strings.ReplaceAll(`package airlock
-
-default decision := {"action": "deny", "rule": "e2e.default", "reason": "not on the e2e allowlist"}
-
-decision := {"action": "allow", "rule": "e2e.connect"} if {
-	input.phase == "connect"
-	input.request.host == "GW"
-}
-
-decision := {"action": "allow", "rule": "e2e.read"} if {
-	input.phase == "request"
-	input.request.host == "GW"
-	input.request.method == "GET"
-	startswith(input.request.path, "/allowed")
-}
-`, "GW", gw)
+	// The e2e allowlist, for the upstream's address.
+	policy := strings.ReplaceAll(e2etest.UpstreamPolicy, `"upstream.test"`, `"`+gw+`"`)
 	writeFile(t, filepath.Join(state, "policy", "policy.rego"), policy)
 	writeFile(t, filepath.Join(state, "upstream-ca.pem"), string(upCA.CertPEM()))
 	const issuerToken = "e2e-issuer-token-0123456789abcdef"
