@@ -1,18 +1,16 @@
 package admin
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/internal/jsonapi"
 )
 
 // Client issues and revokes sandbox proxy credentials through a proxy's admin API, for a
@@ -75,48 +73,17 @@ func (c *Client) RevokeToken(ctx context.Context, sandboxID string) error {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	base := strings.TrimRight(c.BaseURL, "/")
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
-	if err != nil {
-		return fmt.Errorf("airlock admin API address %q: %w", c.BaseURL, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.Token)
 	hc := c.HTTP
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
-	resp, err := hc.Do(req)
+	err := jsonapi.Do(ctx, hc, c.BaseURL, c.Token, method, path, in, out, 1<<20)
+	var se *jsonapi.StatusError
+	if errors.As(err, &se) {
+		return &APIError{Status: se.Status, Message: se.Message}
+	}
 	if err != nil {
-		return fmt.Errorf("airlock admin API at %s unreachable: %w", base, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return fmt.Errorf("airlock admin API at %s: read answer: %w", base, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-		}
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("airlock admin API at %s: decode answer: %w", base, err)
+		return fmt.Errorf("airlock admin API at %w", err)
 	}
 	return nil
 }

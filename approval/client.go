@@ -1,15 +1,14 @@
 package approval
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
+
+	"github.com/airlock-proxy/airlock/internal/jsonapi"
 )
 
 // Client talks to the approvals admin API (for `airlock approvals list|show|approve|deny`).
@@ -87,49 +86,13 @@ func (c *Client) decide(ctx context.Context, id, verb, comment string) (Record, 
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
-		}
-		body = bytes.NewReader(b)
+	err := jsonapi.Do(ctx, c.HTTP, c.BaseURL, c.Token, method, path, in, out, 16<<20)
+	var se *jsonapi.StatusError
+	if errors.As(err, &se) {
+		return &APIError{Status: se.Status, Message: se.Message}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, body)
 	if err != nil {
-		return fmt.Errorf("approvals API %s %s: %w", method, path, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("approvals API %s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return fmt.Errorf("approvals API %s %s: read answer: %w", method, path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-		}
-		return &APIError{Status: resp.StatusCode, Message: e.Error}
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("approvals API %s %s: decode answer: %w", method, path, err)
+		return fmt.Errorf("approvals API %s %s at %w", method, path, err)
 	}
 	return nil
 }
