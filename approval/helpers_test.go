@@ -2,20 +2,12 @@ package approval
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/airlock-proxy/airlock/internal/pgtest"
 )
-
-// postgresEnv names the PostgreSQL server the store tests use (see e2e/postgres.sh).
-const postgresEnv = "AIRLOCK_TEST_POSTGRES"
 
 // storeKind opens a fresh, empty store address of one kind.
 type storeKind struct {
@@ -32,37 +24,7 @@ func storeKinds() []storeKind {
 
 // postgresDSN creates a database for this test on $AIRLOCK_TEST_POSTGRES and drops it at
 // cleanup; the test is skipped when the variable is unset.
-func postgresDSN(t *testing.T) string {
-	t.Helper()
-	admin := os.Getenv(postgresEnv)
-	if admin == "" {
-		t.Skipf("%s is unset: start a server with `eval \"$(bash e2e/postgres.sh start /tmp/airlock-pg)\"`", postgresEnv)
-	}
-	cfg, err := pgx.ParseConfig(admin)
-	if err != nil {
-		t.Fatalf("%s: %v", postgresEnv, err)
-	}
-	db := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { db.Close() })
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "airlock_test_" + hex.EncodeToString(b[:])
-	ctx := context.Background()
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := db.ExecContext(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("drop database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatalf("%s: %v", postgresEnv, err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
+func postgresDSN(t *testing.T) string { return pgtest.Database(t) }
 
 func openTestStore(t *testing.T, dsn string) Store {
 	t.Helper()

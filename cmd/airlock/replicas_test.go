@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,11 +19,8 @@ import (
 
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/internal/pgtest"
 )
-
-// postgresEnv names the PostgreSQL server tests use (see e2e/postgres.sh); as in
-// approval's store tests, the PostgreSQL cases are skipped when it is unset.
-const postgresEnv = "AIRLOCK_TEST_POSTGRES"
 
 const testIssuerToken = "orchestrator-token-0123456789"
 
@@ -138,16 +133,7 @@ func (r *replica) through(t *testing.T, user *url.Userinfo, target string) int {
 }
 
 // pgStore creates a database for the test on $AIRLOCK_TEST_POSTGRES.
-func pgStore(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv(postgresEnv)
-	if dsn == "" {
-		t.Skipf("%s is unset: start a server with `eval \"$(bash e2e/postgres.sh start /tmp/airlock-pg)\"`", postgresEnv)
-	}
-	// Each test gets its own schema-free database by name: reuse approval's convention
-	// of one database per test, created through the server's admin DSN.
-	return createPGDatabase(t, dsn)
-}
+func pgStore(t *testing.T) string { return pgtest.Database(t) }
 
 // TestReplicasShareCredentials: two proxies sharing a token key and a store are two
 // replicas. A credential issued through one's admin API works through the other's proxy
@@ -271,12 +257,6 @@ func flip(s string) string {
 		}
 	}
 	return string(out)
-}
-
-func randomName() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // newOKUpstream is a plain-HTTP upstream answering "ok"; its URL is returned.
