@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -110,71 +109,6 @@ type TelemetryConfig struct {
 type LogConfig struct {
 	Level  string `yaml:"level"`  // debug | info | warn | error
 	Format string `yaml:"format"` // json | text
-}
-
-// SandboxConfig holds defaults for `airlock sandbox run`.
-type SandboxConfig struct {
-	Backend string        `yaml:"backend"` // native | docker | kubernetes
-	Image   string        `yaml:"image"`
-	Timeout time.Duration `yaml:"timeout"`
-	Memory  string        `yaml:"memory"`
-	Pids    int           `yaml:"pids"`
-	CPUs    float64       `yaml:"cpus"`
-	// Docker configures --backend docker.
-	Docker DockerConfig `yaml:"docker"`
-	// Kubernetes configures --backend kubernetes.
-	Kubernetes KubernetesConfig `yaml:"kubernetes"`
-}
-
-// DockerConfig is how `airlock sandbox run --backend docker` fronts its container.
-type DockerConfig struct {
-	// Mode is "netns" (default): an embedded proxy whose listener is opened inside a
-	// --network none container (root beside the Docker daemon); or "internal": the proxy
-	// runs in its own container (ProxyContainer), each sandbox gets an internal network
-	// shared only with it, and a credential issued and revoked by its admin API.
-	Mode string `yaml:"mode"`
-	// ProxyContainer is the proxy's container (name or id); required in internal mode.
-	ProxyContainer string `yaml:"proxy_container"`
-	// ProxyPort is the port the proxy listens on in that container; default 3128.
-	ProxyPort int `yaml:"proxy_port"`
-	// ProxyAdmin is the URL of that proxy's admin API, as reachable from here; required
-	// in internal mode.
-	ProxyAdmin string `yaml:"proxy_admin"`
-	// TokenFile holds an issuer token of that proxy (its proxy.issuers); required in
-	// internal mode.
-	TokenFile string `yaml:"token_file"`
-	// CAFile is that proxy's CA certificate (PEM), which sandboxes trust; default
-	// $AIRLOCK_HOME/ca/ca.pem.
-	CAFile string `yaml:"ca_file"`
-	// Runtime is an OCI runtime registered with the daemon, e.g. runsc; optional.
-	Runtime string `yaml:"runtime"`
-}
-
-// KubernetesConfig is how `airlock sandbox run --backend kubernetes` reaches the cluster
-// and the in-cluster proxy (deploy/kubernetes). No embedded proxy runs: credentials are
-// issued by the proxy's admin API.
-type KubernetesConfig struct {
-	// Kubeconfig; empty: in-cluster when in a pod, else $KUBECONFIG or ~/.kube/config.
-	Kubeconfig string `yaml:"kubeconfig"`
-	// Namespace sandboxes run in; default airlock-sandboxes.
-	Namespace string `yaml:"namespace"`
-	// ProxyService and ProxyNamespace name the proxy's Service; default airlock/airlock.
-	ProxyService   string `yaml:"proxy_service"`
-	ProxyNamespace string `yaml:"proxy_namespace"`
-	// ProxyPort is the Service's proxy port; default 3128.
-	ProxyPort int `yaml:"proxy_port"`
-	// ProxyAdmin is the URL of the proxy's admin API (required), e.g.
-	// http://airlock-admin.airlock.svc:9090.
-	ProxyAdmin string `yaml:"proxy_admin"`
-	// TokenFile holds an issuer token of the proxy (its proxy.issuers); required.
-	TokenFile string `yaml:"token_file"`
-	// CAFile is the proxy's CA certificate (PEM), which sandboxes trust; default
-	// $AIRLOCK_HOME/ca/ca.pem (the CA the airlock-ca Secret was made from).
-	CAFile string `yaml:"ca_file"`
-	// RuntimeClass, e.g. gvisor or kata; optional.
-	RuntimeClass string `yaml:"runtime_class"`
-	// WorkspaceClaim is a PersistentVolumeClaim mounted at /workspace; optional.
-	WorkspaceClaim string `yaml:"workspace_claim"`
 }
 
 // defaults fills in what neither the file nor the flags set.
@@ -418,36 +352,6 @@ func (p ProxyConfig) validate() error {
 			return fmt.Errorf("%s.token_file: required", key)
 		}
 		seen[is.Name] = true
-	}
-	return nil
-}
-
-func (k KubernetesConfig) validate() error {
-	return validateRemoteProxy("sandbox.kubernetes", k.ProxyAdmin, k.ProxyPort)
-}
-
-func (d DockerConfig) validate() error {
-	switch d.Mode {
-	case "", "netns", "internal":
-	default:
-		return fmt.Errorf("sandbox.docker.mode: %q: want netns or internal", d.Mode)
-	}
-	return validateRemoteProxy("sandbox.docker", d.ProxyAdmin, d.ProxyPort)
-}
-
-// validateRemoteProxy checks the admin URL and proxy port of a proxy running elsewhere.
-func validateRemoteProxy(section, admin string, port int) error {
-	if admin != "" {
-		u, err := url.Parse(admin)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%s.proxy_admin: %q: want the admin API's http:// or https:// URL", section, admin)
-		}
-		if u.User != nil {
-			return fmt.Errorf("%s.proxy_admin: put the issuer token in %s.token_file, not in the URL", section, section)
-		}
-	}
-	if port < 0 || port > 65535 {
-		return fmt.Errorf("%s.proxy_port: %d is not a port", section, port)
 	}
 	return nil
 }
