@@ -129,13 +129,13 @@ func parseRun(f [][]byte) (*runRequest, error) {
 		return s
 	}
 	n, err := strconv.Atoi(string(f[3]))
-	if err != nil || n < 1 || 4+n >= len(f) {
+	if err != nil || n < 1 || n >= len(f)-4 {
 		return nil, errors.New("malformed run request")
 	}
 	r.Args = strs(f[4 : 4+n])
 	rest := f[4+n:]
 	w, err := strconv.Atoi(string(rest[0]))
-	if err != nil || w < 0 || 1+w > len(rest) {
+	if err != nil || w < 0 || w > len(rest)-1 {
 		return nil, errors.New("malformed run request")
 	}
 	r.Writable = strs(rest[1 : 1+w])

@@ -112,32 +112,46 @@ func TestHolderAnswersAMalformedRunOnItsConnection(t *testing.T) {
 	if err := h.setup(t); err != nil {
 		t.Fatal(err)
 	}
-	connParent, connChild, err := seqpacketPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer connParent.Close()
 	null, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer null.Close()
-	fds := []int{int(connChild.Fd()), int(null.Fd()), int(null.Fd()), int(null.Fd())}
-	bad := [][]byte{[]byte("run"), []byte("/"), []byte("0"), []byte("0"), []byte("0")} // no arguments
-	if err := sendFields(int(h.ctrl.Fd()), bad, fds...); err != nil {
-		t.Fatal(err)
+	f := func(s ...string) [][]byte {
+		b := make([][]byte, len(s))
+		for i := range s {
+			b[i] = []byte(s[i])
+		}
+		return b
 	}
-	connChild.Close()
-	var m runMessage
-	if err := recvJSON(int(connParent.Fd()), &m); err != nil {
-		t.Fatalf("no answer on the run connection: %v", err)
-	}
-	if !m.Exited || !strings.Contains(m.Error, "malformed run request") {
-		t.Errorf("answer = %+v, want exited with a malformed-request error", m)
+	for name, bad := range map[string][][]byte{
+		"no arguments":            f("run", "/", "0", "0", "0"),
+		"argument count too big":  f("run", "/", "0", "9223372036854775807", "sh", "0"),
+		"negative argument count": f("run", "/", "0", "-1", "sh", "0"),
+		"writable count too big":  f("run", "/", "0", "1", "sh", "9223372036854775807", "/tmp"),
+		"no writable count":       f("run", "/", "0", "1", "sh"),
+		"missing cgroup":          f("run", "/", "1", "1", "true", "0"),
+	} {
+		connParent, connChild, err := seqpacketPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds := []int{int(connChild.Fd()), int(null.Fd()), int(null.Fd()), int(null.Fd())}
+		if err := sendFields(int(h.ctrl.Fd()), bad, fds...); err != nil {
+			t.Fatal(err)
+		}
+		connChild.Close()
+		var m runMessage
+		if err := recvJSON(int(connParent.Fd()), &m); err != nil {
+			t.Errorf("%s: no answer on the run connection: %v", name, err)
+		} else if !m.Exited || !strings.Contains(m.Error, "malformed run request") {
+			t.Errorf("%s: answer = %+v, want exited with a malformed-request error", name, m)
+		}
+		connParent.Close()
 	}
 	// The holder still serves: its control socket is open and it is alive.
 	if err := h.cmd.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Errorf("holder gone after a malformed request: %v", err)
+		t.Errorf("holder gone after malformed requests: %v", err)
 	}
 }
 

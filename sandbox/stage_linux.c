@@ -613,10 +613,10 @@ static int write_idmap(pid_t pid, const char *file) {
 
 static int parse_run(struct msg *m, struct runreq *r) {
 	long nargs, nw;
-	if (m->n < 5 || strcmp(m->f[0], "run") || parse_int(m->f[3], &nargs) < 0 || nargs < 1 || (size_t)(4 + nargs) >= m->n)
+	if (m->n < 5 || strcmp(m->f[0], "run") || parse_int(m->f[3], &nargs) < 0 || nargs < 1 || (size_t)nargs >= m->n - 4)
 		return -1;
 	size_t i = 4 + nargs;
-	if (parse_int(m->f[i], &nw) < 0 || nw < 0 || i + 1 + nw > m->n)
+	if (parse_int(m->f[i], &nw) < 0 || nw < 0 || (size_t)nw > m->n - i - 1)
 		return -1;
 	// argv, writable and envp arrays are NULL-terminated views of the fields; the fields
 	// array is extended by one NULL so that env (the tail) ends too.
