@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/internal/otlptest"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
 	"github.com/airlock-proxy/airlock/telemetry"
@@ -53,20 +54,7 @@ func TestCanarySecretReachesOnlyTheUpstream(t *testing.T) {
 	canary := "sk-canary-" + hex.EncodeToString(b[:])
 	t.Setenv("AIRLOCK_TEST_CANARY", canary)
 
-	var otlpMu sync.Mutex
-	var otlp bytes.Buffer
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		otlpMu.Lock()
-		otlp.Write(body)
-		otlpMu.Unlock()
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
-	defer receiver.Close()
-	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
-	t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)
+	otlp := otlptest.Start(t)
 
 	var logs bytes.Buffer
 	var logMu sync.Mutex
@@ -149,16 +137,15 @@ func TestCanarySecretReachesOnlyTheUpstream(t *testing.T) {
 	if !bytes.Contains(auditBytes, []byte("canary.echo")) || !bytes.Contains(auditBytes, []byte("canary.deny")) {
 		t.Fatalf("audit log lacks the requests: %s", auditBytes)
 	}
-	otlpMu.Lock()
-	defer otlpMu.Unlock()
-	if otlp.Len() == 0 {
+	exported := otlp.Bytes()
+	if len(exported) == 0 {
 		t.Fatal("nothing was exported over OTLP: the span check would prove nothing")
 	}
 	logMu.Lock()
 	defer logMu.Unlock()
 	for name, b := range map[string][]byte{
 		"responses to the sandbox": seen.Bytes(), "audit log": auditBytes, "log output": logs.Bytes(),
-		"OTLP export": otlp.Bytes(), "/metrics": metricsRec.Body.Bytes(),
+		"OTLP export": exported, "/metrics": metricsRec.Body.Bytes(),
 	} {
 		if bytes.Contains(b, []byte(canary)) {
 			i := bytes.Index(b, []byte(canary))

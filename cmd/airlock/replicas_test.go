@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/internal/otlptest"
 	"github.com/airlock-proxy/airlock/internal/pgtest"
 )
 
@@ -150,20 +151,7 @@ func TestReplicasShareCredentials(t *testing.T) {
 		{"postgres", func(t *testing.T, _ string) string { return pgStore(t) }},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
-			var otlpMu sync.Mutex
-			var otlp bytes.Buffer
-			receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				b, _ := io.ReadAll(r.Body)
-				otlpMu.Lock()
-				otlp.Write(b)
-				otlpMu.Unlock()
-				w.Header().Set("Content-Type", "application/x-protobuf")
-			}))
-			defer receiver.Close()
-			t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
-			t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
-			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)
+			otlp := otlptest.Start(t)
 
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 			defer up.Close()
@@ -222,9 +210,8 @@ func TestReplicasShareCredentials(t *testing.T) {
 
 			a.stop()
 			b.stop()
-			otlpMu.Lock()
-			defer otlpMu.Unlock()
-			if otlp.Len() == 0 {
+			exported := otlp.Bytes()
+			if len(exported) == 0 {
 				t.Fatal("nothing was exported over OTLP: the span check would prove nothing")
 			}
 			auditA, _ := os.ReadFile(a.auditLog)
@@ -234,7 +221,7 @@ func TestReplicasShareCredentials(t *testing.T) {
 			}
 			for name, got := range map[string][]byte{
 				"replica a's log": a.logs.Bytes(), "replica b's log": b.logs.Bytes(),
-				"replica a's audit log": auditA, "replica b's audit log": auditB, "OTLP export": otlp.Bytes(),
+				"replica a's audit log": auditA, "replica b's audit log": auditB, "OTLP export": exported,
 			} {
 				for _, secret := range []string{tok, other, testIssuerToken} {
 					if i := bytes.Index(got, []byte(secret)); i >= 0 {
