@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 )
@@ -292,18 +293,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 		t.Fatal(err)
 	}
 
-	tokFile := filepath.Join(dir, "approver.token")
-	if err := os.WriteFile(tokFile, []byte("bypass-approver-token-0123456789"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	e.approval, err = approval.New(ctx, approval.Options{Config: approval.Config{
-		Store:     approval.DefaultStore(dir),
-		Approvers: []approval.ApproverConfig{{Name: "tester", TokenFile: tokFile}},
-	}, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.approval.Close() })
+	e.approval = e2etest.Approvals(t, dir)
 
 	e.ca, err = ca.New()
 	if err != nil {
@@ -451,20 +441,7 @@ func (e *env) upstreamURL() string { return fmt.Sprintf("http://upstream.test:%d
 func (e *env) tlsTarget(host string) string { return fmt.Sprintf("%s:%d", host, e.tlsPort) }
 
 // pending waits for the one pending approval.
-func (e *env) pending(t *testing.T) approval.Record {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		recs, err := e.approval.List(context.Background(), approval.ListFilter{State: approval.StatePending})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(recs) == 1 {
-			return recs[0]
-		}
-	}
-	t.Fatal("no pending approval appeared")
-	return approval.Record{}
-}
+func (e *env) pending(t *testing.T) approval.Record { return e2etest.Pending(t, e.approval) }
 
 func (e *env) approve(t *testing.T, id string) {
 	t.Helper()

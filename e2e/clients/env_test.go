@@ -167,16 +167,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := filepath.Join(dir, "approver.token")
-	os.WriteFile(tok, []byte("clients-approver-token-0123456789"), 0o600)
-	e.approval, err = approval.New(ctx, approval.Options{Config: approval.Config{
-		Store:     approval.DefaultStore(dir),
-		Approvers: []approval.ApproverConfig{{Name: "tester", TokenFile: tok}},
-	}, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.approval.Close() })
+	e.approval = e2etest.Approvals(t, dir)
 
 	e.ca, err = ca.New()
 	if err != nil {
@@ -219,17 +210,4 @@ func (e *env) run(t *testing.T, script string) (string, int) {
 	return string(res.Stdout) + string(res.Stderr), res.ExitCode
 }
 
-func (e *env) pending(t *testing.T) approval.Record {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		recs, err := e.approval.List(context.Background(), approval.ListFilter{State: approval.StatePending})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(recs) == 1 {
-			return recs[0]
-		}
-	}
-	t.Fatal("no pending approval appeared")
-	return approval.Record{}
-}
+func (e *env) pending(t *testing.T) approval.Record { return e2etest.Pending(t, e.approval) }

@@ -1,0 +1,62 @@
+package e2etest
+
+import (
+	"context"
+	"github.com/airlock-proxy/airlock/approval"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// HostControl runs an escape attempt's script on the host and fails the test unless it
+// gets through there (prints ESCAPED): an attempt that fails on the host as well proves
+// nothing about the sandbox.
+func HostControl(t testing.TB, script string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", script)
+	cmd.WaitDelay = time.Second
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "ESCAPED") {
+		t.Errorf("control: the attempt does not get through on the host either (out %q), so it proves nothing", out)
+	}
+}
+
+// Approvals starts an approval service with its SQLite store in dir and one approver,
+// "tester"; it is closed at cleanup.
+func Approvals(t testing.TB, dir string) *approval.Service {
+	t.Helper()
+	tok := filepath.Join(dir, "approver.token")
+	if err := os.WriteFile(tok, []byte("e2e-approver-token-0123456789"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := approval.New(context.Background(), approval.Options{Config: approval.Config{
+		Store:     approval.DefaultStore(dir),
+		Approvers: []approval.ApproverConfig{{Name: "tester", TokenFile: tok}},
+	}, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	return svc
+}
+
+// Pending waits up to a minute for svc to hold exactly one pending request.
+func Pending(t testing.TB, svc *approval.Service) approval.Record {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		recs, err := svc.List(context.Background(), approval.ListFilter{State: approval.StatePending})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 1 {
+			return recs[0]
+		}
+	}
+	t.Fatal("no pending approval appeared")
+	return approval.Record{}
+}
