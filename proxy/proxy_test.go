@@ -16,11 +16,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/rego"
 )
@@ -56,31 +56,13 @@ decision := {"action": "approve", "rule": "test.write", "reason": "writes need a
 }
 `
 
-type recorder struct {
-	mu     sync.Mutex
-	events []audit.Event
-}
-
-func (r *recorder) Record(_ context.Context, ev audit.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, ev)
-	return nil
-}
-
-func (r *recorder) all() []audit.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]audit.Event(nil), r.events...)
-}
-
 type env struct {
 	proxy    *Proxy
 	ca       *ca.CA
 	addr     string // proxy listener
 	http     *httptest.Server
 	https    *httptest.Server
-	audit    *recorder
+	audit    *e2etest.Recorder
 	upstream chan *http.Request
 }
 
@@ -100,7 +82,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{ca: c, audit: &recorder{}, upstream: make(chan *http.Request, 100)}
+	e := &env{ca: c, audit: &e2etest.Recorder{}, upstream: make(chan *http.Request, 100)}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r2 := r.Clone(context.Background())
@@ -226,7 +208,7 @@ func TestConnectDeniedAtEndpointPhase(t *testing.T) {
 	if !strings.HasPrefix(string(got), "HTTP/1.1 403") || !strings.Contains(string(got), "test.default") {
 		t.Errorf("CONNECT to a denied endpoint answered %q, want 403 naming the rule", got)
 	}
-	ev := e.audit.all()
+	ev := e.audit.Events()
 	if len(ev) == 0 || ev[len(ev)-1].Phase != "connect" || ev[len(ev)-1].Decision != "deny" {
 		t.Errorf("audit events %+v, want a connect deny", ev)
 	}
@@ -312,7 +294,7 @@ func TestIdentityAndRequireAuth(t *testing.T) {
 		t.Errorf("revoked credential: status %d, want 407", resp.StatusCode)
 	}
 	var sawSbx, saw407 bool
-	for _, ev := range e.audit.all() {
+	for _, ev := range e.audit.Events() {
 		if ev.SandboxID == "sbx-1" && ev.Labels["task"] == "t" {
 			sawSbx = true
 		}
@@ -351,7 +333,7 @@ func TestAttachedListenerIsTheIdentity(t *testing.T) {
 		t.Error("listener still accepts after detach")
 	}
 	found := false
-	for _, ev := range e.audit.all() {
+	for _, ev := range e.audit.Events() {
 		found = found || ev.SandboxID == "sbx-bound" && ev.Decision == "allow"
 	}
 	if !found {
@@ -405,7 +387,7 @@ func TestReportOnlyLetsDeniedThroughAndRecordsWouldDeny(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("report-only: status %d, want 200", resp.StatusCode)
 	}
-	ev := e.audit.all()
+	ev := e.audit.Events()
 	if ev[len(ev)-1].Decision != "would_deny" || ev[len(ev)-1].Rule != "test.default" {
 		t.Errorf("report-only audit = %+v, want would_deny test.default", ev[len(ev)-1])
 	}

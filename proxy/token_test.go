@@ -81,7 +81,7 @@ func TestSignedTokensAcrossReplicas(t *testing.T) {
 		}
 	}
 	labelled := false
-	for _, ev := range r2.audit.all() {
+	for _, ev := range r2.audit.Events() {
 		labelled = labelled || ev.SandboxID == "sbx-a" && ev.Labels["task"] == "t"
 	}
 	if !labelled {

@@ -45,7 +45,7 @@ func TestBypass(t *testing.T) {
 	cases = append(cases, protocolCases(e)...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			nev, nseen := e.audit.len(), e.seenLen()
+			nev, nseen := e.audit.Len(), e.seenLen()
 			got := tc.send(t, e)
 			if got.status != tc.status {
 				t.Errorf("status: got %s, want %d", got, tc.status)
@@ -86,7 +86,7 @@ func checkAudit(t *testing.T, e *env, from int, tc attack) {
 	}
 	var evs []audit.Event
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		evs = e.audit.since(from)
+		evs = e.audit.Since(from)
 		if slices.ContainsFunc(evs, match) {
 			return
 		}

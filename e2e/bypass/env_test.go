@@ -26,7 +26,6 @@ import (
 	"golang.org/x/net/websocket"
 
 	"github.com/airlock-proxy/airlock/approval"
-	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/proxy"
@@ -98,33 +97,6 @@ type seen struct {
 	Trailer http.Header
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []audit.Event
-}
-
-func (r *recorder) Record(_ context.Context, ev audit.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, ev)
-	return nil
-}
-
-func (r *recorder) since(n int) []audit.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if n > len(r.events) {
-		return nil
-	}
-	return append([]audit.Event(nil), r.events[n:]...)
-}
-
-func (r *recorder) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.events)
-}
-
 // resolver answers the test names; "rebind.test" alternates between the allowed upstream
 // and loopback on every lookup, "multi.test" answers both at once.
 type resolver struct {
@@ -154,7 +126,7 @@ type env struct {
 	proxy     *proxy.Proxy
 	addr      string // shared listener
 	ca        *ca.CA
-	audit     *recorder
+	audit     *e2etest.Recorder
 	approval  *approval.Service
 	port      int    // plain HTTP port: upstream on 127.0.0.2 and internal on 127.0.0.1
 	tlsPort   int    // HTTPS upstream on 127.0.0.2
@@ -241,7 +213,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	e := &env{audit: &recorder{}}
+	e := &env{audit: &e2etest.Recorder{}}
 
 	upLn, inLn := listenPair(t)
 	up := &httptest.Server{Listener: upLn, Config: &http.Server{Handler: e.handler("upstream")}}

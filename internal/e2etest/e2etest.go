@@ -117,8 +117,21 @@ func (r *Recorder) Record(_ context.Context, ev audit.Event) error {
 }
 
 // Events returns a copy of what was recorded.
-func (r *Recorder) Events() []audit.Event {
+func (r *Recorder) Events() []audit.Event { return r.Since(0) }
+
+// Since returns a copy of what was recorded after the first n events.
+func (r *Recorder) Since(n int) []audit.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]audit.Event(nil), r.ev...)
+	if n > len(r.ev) {
+		return nil
+	}
+	return append([]audit.Event(nil), r.ev[n:]...)
+}
+
+// Len is how many events were recorded.
+func (r *Recorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ev)
 }
