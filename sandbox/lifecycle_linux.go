@@ -41,9 +41,14 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("wait for sandbox to end: %w", ctx.Err()))
 		}
 	}
+	// A Run racing this Close may be about to send on the control socket: close it under
+	// ctrlMu so that Run sees nil rather than a descriptor number the kernel may reuse.
+	in.ctrlMu.Lock()
 	if in.ctrl != nil {
 		in.ctrl.Close()
+		in.ctrl = nil
 	}
+	in.ctrlMu.Unlock()
 	if in.cg != nil {
 		errs = append(errs, in.cg.remove())
 	}

@@ -62,7 +62,11 @@ func (in *nativeInstance) Run(ctx context.Context, cmd Command) (Result, error) 
 		fds[i] = int(f.Fd())
 	}
 	in.ctrlMu.Lock()
-	err = sendFields(int(in.ctrl.Fd()), req.fields(), fds...)
+	if in.ctrl == nil {
+		err = errClosed
+	} else {
+		err = sendFields(int(in.ctrl.Fd()), req.fields(), fds...)
+	}
 	in.ctrlMu.Unlock()
 	connChild.Close()
 	st.closeChildEnds()
