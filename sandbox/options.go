@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -106,7 +107,7 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("read-only path %q: must be absolute", p)
 		}
 	}
-	if o.Timeout < 0 || o.Memory < 0 || o.Pids < 0 || o.CPUs < 0 || o.TmpSize < 0 {
+	if o.Timeout < 0 || o.Memory < 0 || o.Pids < 0 || !(o.CPUs >= 0) || math.IsInf(o.CPUs, 0) || o.TmpSize < 0 {
 		return o, errors.New("sandbox limits must not be negative")
 	}
 	if o.Pids == 0 {

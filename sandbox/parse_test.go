@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"math"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestParseSize(t *testing.T) {
@@ -66,6 +68,10 @@ func TestOptionsValidation(t *testing.T) {
 		{"bad id", Options{ID: "../x"}},
 		{"bad mode", Options{WorkspaceMode: "rwx"}},
 		{"negative memory", Options{Memory: -1}},
+		{"negative pids", Options{Pids: -1}},
+		{"NaN cpus", Options{CPUs: math.NaN()}},
+		{"infinite cpus", Options{CPUs: math.Inf(1)}},
+		{"negative timeout", Options{Timeout: -time.Second}},
 		{"relative read-only path", Options{ReadOnlyPaths: []string{"usr"}}},
 		{"bad env", Options{Env: []string{"NOVALUE"}}},
 	}

@@ -124,7 +124,7 @@ func newRemoteProxy(section, adminURL, tokenFile, caFile, home string) (*remoteP
 func runRemote(ctx context.Context, o sandbox.Options, args []string, report string, stdin io.Reader, stdout, stderr io.Writer) error {
 	sb, err := sandbox.New(ctx, o)
 	if err != nil {
-		return fmt.Errorf("create sandbox: %w", err)
+		return err // sandbox.New names the sandbox and the step
 	}
 	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	closeErr := sb.Close(context.Background())

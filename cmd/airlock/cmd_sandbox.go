@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -101,6 +102,16 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	}
 	if sf.image != "" {
 		cfg.Sandbox.Image = sf.image
+	}
+	// A limit given on the command line must mean something: a negative or non-numeric one
+	// is refused rather than silently replaced by the configured value.
+	switch {
+	case sf.timeout < 0:
+		return fmt.Errorf("--timeout %s: want a positive duration such as 30s or 10m", sf.timeout)
+	case sf.pids < 0 || cmd.Flags().Changed("pids") && sf.pids == 0:
+		return fmt.Errorf("--pids %d: want a positive number of processes", sf.pids)
+	case math.IsNaN(sf.cpus) || math.IsInf(sf.cpus, 0) || sf.cpus < 0 || cmd.Flags().Changed("cpus") && sf.cpus == 0:
+		return fmt.Errorf("--cpus %v: want a positive number of cores, e.g. 0.5 or 2", sf.cpus)
 	}
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env}
 	if sf.timeout > 0 {
@@ -217,7 +228,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	}
 	sb, err := sandbox.New(ctx, o)
 	if err != nil {
-		return fmt.Errorf("create sandbox: %w", err)
+		return err // sandbox.New names the sandbox and the step
 	}
 	spanCtx, span := telemetry.StartSandboxSpan(ctx, s.telemetry.Tracer(), sb.ID(), o.Labels)
 	s.telemetry.Metrics().SandboxStarted(spanCtx)

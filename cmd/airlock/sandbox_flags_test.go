@@ -1,0 +1,34 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestSandboxRunRefusesMeaninglessLimits: a limit given on the command line is either
+// applied or refused; a negative, zero or non-numeric one used to be ignored silently, so
+// the sandbox ran with the configured (or no) limit instead.
+func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
+	cfg := writeConfig(t, "home: "+t.TempDir()+"\n")
+	for _, tt := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--pids", "-3"}, "--pids -3"},
+		{[]string{"--pids", "0"}, "--pids 0"},
+		{[]string{"--cpus", "-1"}, "--cpus -1"},
+		{[]string{"--cpus", "0"}, "--cpus 0"},
+		{[]string{"--cpus", "NaN"}, "--cpus NaN"},
+		{[]string{"--cpus", "+Inf"}, "--cpus +Inf"},
+		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
+		{[]string{"--memory", "-5M"}, "--memory"},
+	} {
+		root := newRoot()
+		args := append([]string{"sandbox", "run", "--config", cfg}, tt.flags...)
+		root.SetArgs(append(args, "--", "true"))
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("sandbox run %s: %v, want an error naming %q", strings.Join(tt.flags, " "), err, tt.want)
+		}
+	}
+}
