@@ -2,11 +2,9 @@ package sandbox
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -56,7 +54,7 @@ func changesOf(upper, lower string) ([]Change, error) {
 		switch {
 		case !inLower:
 			out = append(out, Change{Path: rel, Kind: "added"})
-		case !sameFile(path, info, lowerPath, lfi):
+		case !sameFile(upper, lower, rel, info, lfi):
 			out = append(out, Change{Path: rel, Kind: "modified"})
 		}
 		return nil
@@ -128,46 +126,15 @@ func opaqueDeletions(upper, lower, rel string) []Change {
 	return out
 }
 
-func sameFile(a string, afi fs.FileInfo, b string, bfi fs.FileInfo) bool {
-	if afi.Mode() != bfi.Mode() || afi.Size() != bfi.Size() {
+// sameFile says whether the upper and lower versions of rel hold the same thing. Both are
+// read as patchOf reads them (no symlink followed, only regular files opened), so a FIFO
+// or a link the sandbox planted cannot block or redirect the comparison; what cannot be
+// read is reported as changed.
+func sameFile(upper, lower, rel string, ufi, lfi fs.FileInfo) bool {
+	if ufi.Mode() != lfi.Mode() || ufi.Size() != lfi.Size() {
 		return false
 	}
-	if afi.Mode()&fs.ModeSymlink != 0 {
-		ta, _ := os.Readlink(a)
-		tb, _ := os.Readlink(b)
-		return ta == tb
-	}
-	da, err1 := os.ReadFile(a)
-	db, err2 := os.ReadFile(b)
-	return err1 == nil && err2 == nil && bytes.Equal(da, db)
-}
-
-// patchOf renders the changes as one unified diff (a/ is the host, b/ the sandbox's view),
-// using the host's diff(1).
-func patchOf(upper, lower string) ([]byte, error) {
-	changes, err := changesOf(upper, lower)
-	if err != nil {
-		return nil, err
-	}
-	var out bytes.Buffer
-	for _, c := range changes {
-		if c.Path[len(c.Path)-1] == '/' {
-			continue
-		}
-		from, to := filepath.Join(lower, c.Path), filepath.Join(upper, c.Path)
-		switch c.Kind {
-		case "added":
-			from = os.DevNull
-		case "deleted":
-			to = os.DevNull
-		}
-		cmd := exec.Command("diff", "-u", "--label", "a/"+c.Path, "--label", "b/"+c.Path, from, to)
-		b, err := cmd.Output()
-		var ee *exec.ExitError
-		if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
-			return nil, fmt.Errorf("diff %s: %w", c.Path, err)
-		}
-		out.Write(b)
-	}
-	return out.Bytes(), nil
+	u, err1 := readEntry(upper, rel)
+	l, err2 := readEntry(lower, rel)
+	return err1 == nil && err2 == nil && u.mode == l.mode && bytes.Equal(u.data, l.data)
 }

@@ -23,11 +23,11 @@ import (
 var systemRoots = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
 
 type sandboxFlags struct {
-	workspace, memory, report, backend, image, id, adminListen string
-	timeout                                                    time.Duration
-	pids                                                       int64
-	cpus                                                       float64
-	labels, env                                                []string
+	workspace, memory, report, patch, backend, image, id, adminListen string
+	timeout                                                           time.Duration
+	pids                                                              int64
+	cpus                                                              float64
+	labels, env                                                       []string
 }
 
 func addSandboxCmd(root *cobra.Command) {
@@ -88,6 +88,7 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.StringVar(&sf.backend, "backend", "", "native, docker or kubernetes (default native)")
 	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends)")
 	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
+	fl.StringVar(&sf.patch, "patch", "", "with --workspace DIR:cow, write the sandbox's changes to this file as a git-style patch (apply with 'git apply')")
 	fl.StringVar(&sf.id, "id", "", "sandbox id (default: generated)")
 	fl.StringVar(&sf.adminListen, "admin-listen", "", "also serve the admin API (approvals page, metrics) on this address while the sandbox runs")
 	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
@@ -150,6 +151,10 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 			o.Labels = map[string]string{}
 		}
 		o.Labels[k] = v
+	}
+
+	if sf.patch != "" && o.WorkspaceMode != sandbox.WorkspaceCoW {
+		return fmt.Errorf("--patch needs a copy-on-write workspace (--workspace DIR:cow)")
 	}
 
 	remote := cfg.Sandbox.Backend == "kubernetes" || (cfg.Sandbox.Backend == "docker" && cfg.Sandbox.Docker.Mode == "internal")
@@ -234,6 +239,11 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	s.telemetry.Metrics().SandboxStarted(spanCtx)
 	fan.observe(sb.ID(), sb.Observe)
 	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+	var patchErr error
+	if sf.patch != "" {
+		// Before Close: the copy-on-write layer goes with the sandbox.
+		patchErr = writePatch(sb, sf.patch)
+	}
 	closeErr := sb.Close(context.Background())
 	s.telemetry.Metrics().SandboxEnded(spanCtx)
 	errClass := ""
@@ -255,6 +265,9 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	if runErr != nil {
 		return fmt.Errorf("run: %w", runErr)
 	}
+	if patchErr != nil {
+		return fmt.Errorf("--patch: %w", patchErr)
+	}
 	if closeErr != nil {
 		log.Error("sandbox cleanup", "err", closeErr)
 	}
@@ -265,6 +278,16 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return exitCode(res.ExitCode)
 	}
 	return nil
+}
+
+// writePatch writes the sandbox's copy-on-write changes to path (an empty file when there
+// are none).
+func writePatch(sb *sandbox.Sandbox, path string) error {
+	p, err := sb.Patch()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, p, 0o600)
 }
 
 // caBundle is the system roots plus airlock's CA: what a sandbox trusts.

@@ -22,6 +22,8 @@ func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 		{[]string{"--cpus", "+Inf"}, "--cpus +Inf"},
 		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
 		{[]string{"--memory", "-5M"}, "--memory"},
+		{[]string{"--patch", "p.diff"}, "--patch needs a copy-on-write workspace"},
+		{[]string{"--patch", "p.diff", "--workspace", "."}, "--patch needs a copy-on-write workspace"},
 	} {
 		root := newRoot()
 		args := append([]string{"sandbox", "run", "--config", cfg}, tt.flags...)
