@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-proxy/airlock/sandbox"
@@ -106,11 +107,27 @@ func TestCloseLeavesNothing(t *testing.T) {
 		_, _ = s.Run(ctx, sandbox.Command{Args: []string{"sleep", "1000"}})
 	}()
 	defer func() { cancel(); <-done }()
+	netns := sandbox.NetNSInode(s)
+	if netns == 0 {
+		t.Fatal("no network namespace inode for the sandbox")
+	}
+	procs := sandboxProcesses(netns)
+	if len(procs) == 0 {
+		t.Fatal("no process found in the sandbox's network namespace before Close")
+	}
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for _, leftover := range sandboxLeftovers(t, s.ID()) {
 		t.Errorf("left behind after Close: %s", leftover)
+	}
+	for _, p := range sandboxProcesses(netns) {
+		t.Errorf("process left in the sandbox's network namespace after Close: %s", p)
+	}
+	for _, p := range procs {
+		if _, err := os.Stat(filepath.Join("/proc", strings.Fields(p)[0])); err == nil {
+			t.Errorf("process of the sandbox still there after Close: %s (now %s)", p, describeProcess(strings.Fields(p)[0]))
+		}
 	}
 	if err := s.Close(context.Background()); err != nil {
 		t.Errorf("second Close = %v, want nil", err)
@@ -137,12 +154,34 @@ func sandboxLeftovers(t testing.TB, id string) []string {
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), id) {
 		out = append(out, "a mount naming "+id)
 	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		b, _ := os.ReadFile(p)
-		if strings.HasPrefix(string(b), "airlock-sandbox:") {
-			out = append(out, "process "+filepath.Dir(p)+" "+strings.ReplaceAll(string(b), "\x00", " "))
+	// Processes of this sandbox are found by its network namespace (sandboxProcesses): a
+	// scan for every airlock-sandbox process would also see other sandboxes on the machine.
+	return out
+}
+
+// sandboxProcesses lists the processes (pid and description) in network namespace netns.
+func sandboxProcesses(netns uint64) []string {
+	var out []string
+	links, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	for _, l := range links {
+		var st syscall.Stat_t
+		if syscall.Stat(l, &st) == nil && st.Ino == netns {
+			pid := strings.Split(l, "/")[2]
+			out = append(out, pid+" "+describeProcess(pid))
 		}
 	}
 	return out
+}
+
+// describeProcess is a process's command line, state and parent, for failure messages.
+func describeProcess(pid string) string {
+	cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+	desc := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+	status, _ := os.ReadFile(filepath.Join("/proc", pid, "status"))
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "State:") || strings.HasPrefix(line, "PPid:") {
+			desc += "; " + strings.Join(strings.Fields(line), " ")
+		}
+	}
+	return desc
 }
