@@ -43,8 +43,8 @@ a seccomp filter and cgroup limits. The environment is built, not inherited: pro
 variables, PATH, HOME, LANG and what --env adds. The proxy flags mean what they mean for
 'airlock proxy'; the shipped policy applies unless --policy says otherwise.
 
-Exits with CMD's exit status (124 on timeout). On exit the sandbox's Vault leases are
-revoked and everything it made is removed.
+Exits with CMD's exit status (124 on timeout; 130 or 143 when SIGINT or SIGTERM stopped
+airlock). On exit the sandbox's Vault leases are revoked and everything it made is removed.
 
 --backend kubernetes runs no proxy here: the sandbox is a Pod (with a NetworkPolicy and a
 Secret) whose only way out is the in-cluster proxy Deployment. Its credential is issued

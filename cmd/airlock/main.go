@@ -16,17 +16,59 @@ var version = "dev"
 
 func main() {
 	reexec()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	var ec exitCode
+	var se signalError
 	switch {
 	case errors.As(err, &ec):
 		os.Exit(int(ec))
+	case err != nil && errors.As(context.Cause(ctx), &se):
+		// Stopped by a signal: the command cleaned up (a sandbox is destroyed, its
+		// credentials revoked); exit as a shell reports a signal, 128+n.
+		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %v\n", se, err)
+		os.Exit(128 + int(se.sig))
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "airlock:", err)
 		os.Exit(1)
 	}
+}
+
+// signalError is the cause of a context cancelled by a signal.
+type signalError struct{ sig syscall.Signal }
+
+func (e signalError) Error() string { return "signal " + unixSignalName(e.sig) }
+
+func unixSignalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+// signalContext is cancelled, with a signalError cause, by the first of sigs; a second
+// signal gets the default action (an impatient operator can still kill airlock).
+func signalContext(sigs ...os.Signal) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	go func() {
+		select {
+		case s := <-ch:
+			signal.Stop(ch)
+			if sig, ok := s.(syscall.Signal); ok {
+				cancel(signalError{sig})
+			} else {
+				cancel(nil)
+			}
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { signal.Stop(ch); cancel(nil) }
 }
 
 // exitCode ends the process with a status and no message (a sandboxed command's status).

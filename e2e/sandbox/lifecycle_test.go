@@ -4,12 +4,15 @@ package sandbox_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -22,28 +25,8 @@ func TestParentCrashEndsTheSandboxAndARestartClearsIt(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	bin := filepath.Join(t.TempDir(), "airlock")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/airlock-proxy/airlock/cmd/airlock").CombinedOutput(); err != nil {
-		t.Fatalf("build airlock: %v\n%s", err, out)
-	}
-	home := t.TempDir()
-	marker := fmt.Sprint(200000 + rand.IntN(700000)) // `sleep MARKER` is this test's command
-	id := "sbx-crash-" + marker
-	cmd := exec.Command(bin, "sandbox", "run", "--id", id, "--", "sleep", marker)
-	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	for deadline := time.Now().Add(60 * time.Second); pid == 0; time.Sleep(50 * time.Millisecond) {
-		if pid = findProcess("sleep\x00" + marker + "\x00"); pid == 0 && time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("the sandboxed command never appeared (stderr %q)", stderr.String())
-		}
-	}
+	bin := airlockBinary(t)
+	cmd, pid, id, marker, _ := startSleeper(t, bin, "crash")
 	stateDir := filepath.Join("/run/airlock/sandboxes", id)
 	if _, err := os.Stat(stateDir); err != nil {
 		t.Fatalf("state directory of the running sandbox: %v", err)
@@ -99,4 +82,93 @@ func findProcess(cmdline string) int {
 func processAlive(pid int, marker string) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	return err == nil && strings.Contains(string(b), marker)
+}
+
+// TestSignalStopsTheRunCleanly: SIGTERM or SIGINT to `airlock sandbox run` ends the
+// sandboxed command, removes the sandbox (state, cgroups) before airlock exits, and airlock
+// exits as a shell reports the signal (128+n) saying what stopped it.
+func TestSignalStopsTheRunCleanly(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	bin := airlockBinary(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			cmd, pid, id, marker, stderr := startSleeper(t, bin, "signal")
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 128+int(sig) {
+				t.Errorf("airlock exit after %s: %v, want status %d", sig, err, 128+int(sig))
+			}
+			if !strings.Contains(stderr.String(), "stopped by signal") {
+				t.Errorf("stderr %q does not say a signal stopped the run", stderr.String())
+			}
+			// airlock has exited: everything must already be gone, with no grace period.
+			if processAlive(pid, marker) {
+				t.Errorf("the sandboxed command (pid %d) outlived airlock", pid)
+			}
+			left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*/airlock", id))
+			left = append(left, filepath.Join("/run/airlock/sandboxes", id), filepath.Join("/sys/fs/cgroup/airlock", id))
+			for _, p := range left {
+				if _, err := os.Stat(p); !os.IsNotExist(err) {
+					t.Errorf("%s still there after airlock exited (stat: %v)", p, err)
+				}
+			}
+		})
+	}
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// airlockBinary builds the airlock command once for the package's tests.
+func airlockBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "airlock")
+		if out, err := exec.Command("go", "build", "-o", builtBin, "github.com/airlock-proxy/airlock/cmd/airlock").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build airlock: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+// startSleeper starts `airlock sandbox run -- sleep MARKER` with its own AIRLOCK_HOME and
+// waits until the sandboxed sleep runs; it returns the command, the sleep's pid, the
+// sandbox id, the marker and airlock's stderr.
+func startSleeper(t *testing.T, bin, kind string) (*exec.Cmd, int, string, string, *bytes.Buffer) {
+	t.Helper()
+	home := t.TempDir()
+	marker := fmt.Sprint(200000 + rand.IntN(700000)) // `sleep MARKER` is this test's command
+	id := "sbx-" + kind + "-" + marker
+	cmd := exec.Command(bin, "sandbox", "run", "--id", id, "--", "sleep", marker)
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for deadline := time.Now().Add(60 * time.Second); pid == 0; time.Sleep(50 * time.Millisecond) {
+		if pid = findProcess("sleep\x00" + marker + "\x00"); pid == 0 && time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the sandboxed command never appeared (stderr %q)", stderr.String())
+		}
+	}
+	return cmd, pid, id, marker, stderr
 }
