@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,14 @@ func TestCleanupRemovesLeftoversOfDeadOwners(t *testing.T) {
 	state := t.TempDir()
 	n := &sandbox.Native{StateDir: state}
 	live := newSandbox(t, sandbox.Options{ID: "sbx-cleanup-live", Backend: n})
+	// A live sandbox of another airlock (another state directory), and a cgroup that no
+	// state directory here names: Cleanup must leave both alone.
+	other := newSandbox(t, sandbox.Options{ID: "sbx-cleanup-other"})
+	foreign := "/sys/fs/cgroup/pids/airlock/sbx-cleanup-foreign"
+	if err := os.MkdirAll(foreign, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(foreign) })
 
 	// A dead owner: a process that has exited.
 	dead := exec.Command("true")
@@ -48,9 +57,34 @@ func TestCleanupRemovesLeftoversOfDeadOwners(t *testing.T) {
 			t.Errorf("%s still there after Cleanup (stat: %v)", p, err)
 		}
 	}
-	if res := run(t, live, "echo alive"); string(res.Stdout) != "alive\n" {
-		t.Errorf("live sandbox after Cleanup: stdout %q, want alive", res.Stdout)
+	for name, s := range map[string]*sandbox.Sandbox{"live": live, "another airlock's": other} {
+		if res := run(t, s, "echo alive"); string(res.Stdout) != "alive\n" {
+			t.Errorf("%s sandbox after Cleanup: stdout %q, want alive", name, res.Stdout)
+		}
 	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Errorf("Cleanup removed a cgroup its state directory does not name: %v", err)
+	}
+	// uid ranges are machine-wide (SlotDir): the other airlock's slot stays.
+	if !slotHeldBy(t, "sbx-cleanup-other") {
+		t.Error("Cleanup removed the uid slot of another airlock's live sandbox")
+	}
+}
+
+// slotHeldBy reports whether a machine-wide uid slot names sandbox id.
+func slotHeldBy(t *testing.T, id string) bool {
+	t.Helper()
+	entries, err := os.ReadDir(sandbox.SlotDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(sandbox.SlotDir, e.Name()))
+		if strings.HasPrefix(string(b), id+"\n") {
+			return true
+		}
+	}
+	return false
 }
 
 // BenchmarkCreateExecDestroy times a sandbox's whole life with one command: create, run

@@ -94,8 +94,9 @@ func (in *nativeInstance) Patch() ([]byte, error) {
 }
 
 // allocateSlot reserves a host uid range for a sandbox: slot N owns the 65536 host ids from
-// 100000+N*65536. The slot file holds the sandbox id and disappears on Close or Cleanup.
-func allocateSlot(dir, id string) (string, int, error) {
+// 100000+N*65536. The slot file holds the sandbox id and the state directory it belongs to,
+// and disappears on Close or on that state directory's Cleanup.
+func allocateSlot(dir, id, state string) (string, int, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", 0, fmt.Errorf("create slot directory: %w", err)
 	}
@@ -110,7 +111,7 @@ func allocateSlot(dir, id string) (string, int, error) {
 		if err != nil {
 			return "", 0, fmt.Errorf("reserve uid range: %w", err)
 		}
-		_, err = f.WriteString(id)
+		_, err = f.WriteString(id + "\n" + filepath.Clean(state) + "\n")
 		f.Close()
 		if err != nil {
 			os.Remove(path)
@@ -140,11 +141,16 @@ func ownerAlive(dir string) bool {
 }
 
 // Cleanup removes what sandboxes of earlier, no longer running airlock processes left
-// behind: their processes, cgroups, state directories and uid slots.
+// behind: their processes, cgroups, state directories and uid slots. It touches only
+// sandboxes recorded in this Native's state directory: cgroups are shared by the whole
+// machine, and another airlock (or a harness with its own StateDir) may have live
+// sandboxes there. A sandbox's state directory exists before its cgroups are made and is
+// removed after they are, so a crashed sandbox always leaves one to find it by.
 func (n *Native) Cleanup(ctx context.Context) error {
 	state := n.stateDir()
 	var errs []error
 	live := map[string]bool{}
+	var stale []string
 	entries, err := os.ReadDir(filepath.Join(state, "sandboxes"))
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("read sandboxes: %w", err)
@@ -155,49 +161,54 @@ func (n *Native) Cleanup(ctx context.Context) error {
 			live[e.Name()] = true
 			continue
 		}
+		stale = append(stale, e.Name())
+	}
+	// Cgroups first (which kills what still runs in them), then the state that names them.
+	errs = append(errs, n.cleanupCgroups(ctx, stale))
+	for _, id := range stale {
+		dir := filepath.Join(state, "sandboxes", id)
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
 		}
 	}
-	errs = append(errs, n.cleanupCgroups(ctx, live))
-	slots, _ := os.ReadDir(filepath.Join(state, "slots"))
+	slots, _ := os.ReadDir(SlotDir)
 	for _, s := range slots {
-		path := filepath.Join(state, "slots", s.Name())
-		id, err := os.ReadFile(path)
-		if err == nil && live[string(id)] {
+		path := filepath.Join(SlotDir, s.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
 			continue
+		}
+		id, owner, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		if owner == "" {
+			owner = DefaultStateDir // written before slots named their state directory
+		}
+		if owner != filepath.Clean(state) || live[id] {
+			continue // another airlock's, or in use
 		}
 		_ = os.Remove(path)
 	}
 	return errors.Join(errs...)
 }
 
-func (n *Native) cleanupCgroups(ctx context.Context, live map[string]bool) error {
+// cleanupCgroups removes the cgroups of the stale sandboxes ids, in every hierarchy.
+func (n *Native) cleanupCgroups(ctx context.Context, ids []string) error {
 	h := probeCgroups(n.cgroupRoot())
-	var dirs []string
-	if h.unified != "" {
-		dirs = append(dirs, filepath.Join(h.unified, cgroupPrefix))
-	}
-	for _, c := range []string{"memory", "pids", "cpu"} {
-		if d := h.v1Dir(c); d != "" {
-			dirs = append(dirs, filepath.Join(d, cgroupPrefix))
-		}
-	}
 	var errs []error
-	for _, parent := range dirs {
-		entries, _ := os.ReadDir(parent)
-		for _, e := range entries {
-			if !e.IsDir() || live[e.Name()] || ctx.Err() != nil {
-				continue
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if h.unified != "" {
+			if dir := filepath.Join(h.unified, cgroupPrefix, id); exists(dir) {
+				errs = append(errs, (&cgroups{unified: dir}).remove())
 			}
-			cg := &cgroups{}
-			dir := filepath.Join(parent, e.Name())
-			if parent == filepath.Join(h.unified, cgroupPrefix) {
-				cg.unified = dir
-			} else {
-				cg.v1 = map[string]string{"x": dir}
+		}
+		for _, c := range []string{"memory", "pids", "cpu"} {
+			if d := h.v1Dir(c); d != "" {
+				if dir := filepath.Join(d, cgroupPrefix, id); exists(dir) {
+					errs = append(errs, (&cgroups{v1: map[string]string{c: dir}}).remove())
+				}
 			}
-			errs = append(errs, cg.remove())
 		}
 	}
 	return errors.Join(errs...)
@@ -210,4 +221,9 @@ func justCreated(dir string) bool {
 	}
 	fi, err := os.Stat(dir)
 	return err == nil && time.Since(fi.ModTime()) < time.Minute
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

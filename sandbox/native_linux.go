@@ -18,7 +18,7 @@ import (
 // Native is the default backend: Linux namespaces, cgroups, seccomp and Landlock, no daemon.
 // It needs root. The zero value uses DefaultStateDir and DefaultCgroupRoot.
 type Native struct {
-	StateDir   string // per-sandbox directories and uid-range slots
+	StateDir   string // per-sandbox directories (uid-range slots are machine-wide: SlotDir)
 	CgroupRoot string // where the cgroup hierarchies are mounted
 }
 
@@ -26,9 +26,12 @@ type Native struct {
 const (
 	DefaultStateDir   = "/run/airlock"
 	DefaultCgroupRoot = "/sys/fs/cgroup"
-	uidRangeBase      = 100000
-	uidRangeSize      = 65536
-	uidSlots          = 32000
+	// SlotDir holds the host uid ranges in use, for every airlock on the machine whatever
+	// its StateDir: two sandboxes never share host uids.
+	SlotDir      = DefaultStateDir + "/slots"
+	uidRangeBase = 100000
+	uidRangeSize = 65536
+	uidSlots     = 32000
 )
 
 var _ Backend = (*Native)(nil)
@@ -91,7 +94,7 @@ func (n *Native) Create(ctx context.Context, o Options) (inst Instance, err erro
 	if err := writeOwner(in.dir); err != nil {
 		return nil, err
 	}
-	if in.slot, in.uidBase, err = allocateSlot(filepath.Join(n.stateDir(), "slots"), o.ID); err != nil {
+	if in.slot, in.uidBase, err = allocateSlot(SlotDir, o.ID, n.stateDir()); err != nil {
 		return nil, err
 	}
 	if in.cg, err = newCgroups(n.cgroupRoot(), o.ID, o); err != nil {
