@@ -88,7 +88,7 @@ func (in *nativeInstance) Patch() ([]byte, error) {
 		return nil, errors.New("patch: workspace is not copy-on-write")
 	}
 	if in.closed {
-		return nil, errClosed
+		return nil, ErrClosed
 	}
 	return patchOf(filepath.Join(in.dir, "upper"), in.opts.Workspace)
 }

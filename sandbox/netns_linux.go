@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -101,5 +100,3 @@ func closeListeners(lns []net.Listener) {
 		ln.Close()
 	}
 }
-
-var errClosed = errors.New("sandbox is closed")

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -102,9 +103,10 @@ func TestCloseLeavesNothing(t *testing.T) {
 	run(t, s, "sleep 1000 & (setsid sleep 1000 &) ; echo x > f")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	var runErr error
 	go func() {
 		defer close(done)
-		_, _ = s.Run(ctx, sandbox.Command{Args: []string{"sleep", "1000"}})
+		_, runErr = s.Run(ctx, sandbox.Command{Args: []string{"sleep", "1000"}})
 	}()
 	defer func() { cancel(); <-done }()
 	netns := sandbox.NetNSInode(s)
@@ -128,6 +130,11 @@ func TestCloseLeavesNothing(t *testing.T) {
 		if _, err := os.Stat(filepath.Join("/proc", strings.Fields(p)[0])); err == nil {
 			t.Errorf("process of the sandbox still there after Close: %s (now %s)", p, describeProcess(strings.Fields(p)[0]))
 		}
+	}
+	// The command Close interrupted (or never let start) says so.
+	<-done
+	if !errors.Is(runErr, sandbox.ErrClosed) {
+		t.Errorf("Run ended by Close: %v, want sandbox.ErrClosed", runErr)
 	}
 	if err := s.Close(context.Background()); err != nil {
 		t.Errorf("second Close = %v, want nil", err)

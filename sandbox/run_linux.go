@@ -19,11 +19,26 @@ func (in *nativeInstance) Run(ctx context.Context, cmd Command) (Result, error) 
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
-		return Result{}, errClosed
+		return Result{}, ErrClosed
 	}
 	in.runs++
 	n := in.runs
 	in.mu.Unlock()
+	res, err := in.run(ctx, cmd, n)
+	if err != nil {
+		// A Close during the run fails it in whichever step it reached (a cgroup gone, the
+		// control socket shut): say what happened rather than which step noticed.
+		in.mu.Lock()
+		closed := in.closed
+		in.mu.Unlock()
+		if closed {
+			return res, fmt.Errorf("run %s: %w", cmd.Args[0], ErrClosed)
+		}
+	}
+	return res, err
+}
+
+func (in *nativeInstance) run(ctx context.Context, cmd Command, n int) (Result, error) {
 
 	runDir, err := in.cg.runGroup(n)
 	if err != nil {
@@ -63,7 +78,7 @@ func (in *nativeInstance) Run(ctx context.Context, cmd Command) (Result, error) 
 	}
 	in.ctrlMu.Lock()
 	if in.ctrl == nil {
-		err = errClosed
+		err = ErrClosed
 	} else {
 		err = sendFields(int(in.ctrl.Fd()), req.fields(), fds...)
 	}

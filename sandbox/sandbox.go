@@ -29,6 +29,9 @@ type Instance interface {
 	Close(ctx context.Context) error
 }
 
+// ErrClosed is returned by Run on a closed sandbox, and wrapped by a Run that Close ended.
+var ErrClosed = errors.New("sandbox is closed")
+
 // Sandbox is a running sandbox. Its commands share the workspace, identity, network
 // namespace, /tmp and $HOME until Close.
 type Sandbox struct {
@@ -92,7 +95,7 @@ func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return Result{}, errClosed
+		return Result{}, ErrClosed
 	}
 	cmd.Env = MergeEnv(s.env, cmd.Env)
 	if cmd.Timeout <= 0 {

@@ -18,8 +18,6 @@ import (
 	"github.com/airlock-proxy/airlock/sandbox"
 )
 
-var errClosed = errors.New("sandbox is closed")
-
 // Run execs cmd (environment already built) in the container and waits for it. On timeout
 // or cancellation the command's process tree is killed (with a local daemon, through
 // /proc; otherwise the whole container is killed and the sandbox is unusable after).
@@ -28,7 +26,7 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 	closed, dead := in.closed, in.dead
 	in.mu.Unlock()
 	if closed {
-		return sandbox.Result{}, errClosed
+		return sandbox.Result{}, sandbox.ErrClosed
 	}
 	if dead != nil {
 		return sandbox.Result{}, dead

@@ -107,7 +107,7 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 	closed := in.closed
 	in.mu.Unlock()
 	if closed {
-		return sandbox.Result{}, errors.New("sandbox is closed")
+		return sandbox.Result{}, sandbox.ErrClosed
 	}
 	if cmd.Timeout > 0 {
 		var cancel context.CancelFunc
