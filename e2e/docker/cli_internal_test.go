@@ -112,6 +112,7 @@ proxy:
 	target := fmt.Sprintf("https://%s:%d", gw, upPort)
 	script := `curl -sS -m 20 ` + target + `/allowed/x; echo
 curl -sS -m 3 --noproxy '*' ` + target + `/allowed/x >/dev/null 2>&1 && echo DIRECT-OK
+nslookup example.com 127.0.0.11 >/dev/null 2>&1 && echo DNS-OK
 curl -sS -m 20 -o /dev/null -w 'denied:%{http_code}\n' ` + target + `/denied
 printf 'proxy=%s\n' "$HTTPS_PROXY"`
 	cmd := exec.Command(bin, "sandbox", "run", "--config", cfgFile, "--backend", "docker", "--image", testImage,
@@ -128,6 +129,9 @@ printf 'proxy=%s\n' "$HTTPS_PROXY"`
 	}
 	if strings.Contains(out, "DIRECT-OK") {
 		t.Error("a direct connection from the sandbox reached the upstream")
+	}
+	if strings.Contains(out, "DNS-OK") {
+		t.Error("Docker's DNS resolved an outside name for the sandbox (its only resolver is the proxy container)")
 	}
 	if !strings.Contains(out, "denied:403") {
 		t.Errorf("denied path: want 403 through the proxy (stdout lines: %d)", strings.Count(out, "\n"))

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,6 +129,7 @@ func containersOf(t *testing.T, id string) []string {
 // no airlock image). It sits on Docker's default bridge, reachable from the host.
 type proxyHolder struct {
 	id, hostIP string
+	pid        int // host pid of the container's init
 }
 
 func startProxyHolder(t *testing.T, rp *realProxy) *proxyHolder {
@@ -157,7 +159,7 @@ func startProxyHolder(t *testing.T, rp *realProxy) *proxyHolder {
 	}
 	go rp.p.Serve(ln)
 	t.Cleanup(func() { ln.Close() })
-	return &proxyHolder{id: created.ID, hostIP: ci.NetworkSettings.Networks["bridge"].IPAddress}
+	return &proxyHolder{id: created.ID, hostIP: ci.NetworkSettings.Networks["bridge"].IPAddress, pid: ci.State.Pid}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -166,9 +168,22 @@ func ptr[T any](v T) *T { return &v }
 // only with the credential in its HTTP_PROXY, Docker's DNS gives it nothing outside, a
 // direct connection fails, the credential is useless after Close, and the network and
 // container are gone.
+//
+// The DNS proof. Docker's embedded DNS (127.0.0.11) forwards names it does not know to the
+// container's resolvers, from internal networks too (seen here on 20.10), by default the
+// daemon's. The backend makes the proxy container the sandbox's only resolver; airlock
+// serves no DNS there. Here a resolver answering every name runs for a while in the
+// stand-in proxy container: asked through Docker's DNS, it gets the query (the proxy
+// container is where forwarding goes, and the only place); once it is gone, outside names
+// get no answer at all.
 func TestInternalNetworkCredential(t *testing.T) {
 	rp := startRealProxy(t, true)
 	holder := startProxyHolder(t, rp)
+	dns, err := startDNSResponderInNetns(holder.pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dns.Close()
 	cli := dockerClient(t)
 	b := newBackend(t, docker.Options{Client: cli, Mode: docker.ModeInternal, Tokens: rp.p, ProxyContainer: holder.id})
 	const id = "sbx-docker-internal"
@@ -198,10 +213,21 @@ func TestInternalNetworkCredential(t *testing.T) {
 		{"no credential", "curl -sS -o /dev/null -w '%{http_code}' -x http://" + u.Host + " http://upstream.test:" + rp.port + "/allowed", "407", true},
 		{"direct tcp to the host", probe("tcp", holder.hostIP+":"+rp.port), "refused", false},
 		{"docker dns knows the proxy container", "nslookup " + strings.TrimPrefix(containerName(t, holder.id), "/") + " 127.0.0.11", "Address", true},
-		{"docker dns forwards nothing outside", probe("dns", "airlock-canary.example.com"), "refused", false},
+		{"the proxy container's resolver answers when asked directly", "nslookup control.airlock.test " + u.Hostname(), answerIP, true},
+		{"docker dns forwards to the proxy container", "nslookup forwarded.airlock.test 127.0.0.11", answerIP, true},
+	}
+	noResolver := []struct {
+		name, script, want string
+		wantOK             bool
+	}{
+		{"docker dns gives nothing outside", probe("dns", "airlock-canary.example.com"), "refused", false},
 		{"docker dns, another name", "nslookup example.com 127.0.0.11", "", false},
 	}
-	for _, tt := range tests {
+	for i, tt := range append(tests, noResolver...) {
+		if i == len(tests) {
+			// As with the real proxy container: no resolver there.
+			dns.Close()
+		}
 		t.Run(tt.name, func(t *testing.T) {
 			out, code := run(t, s, tt.script)
 			if (code == 0) != tt.wantOK {
@@ -211,6 +237,9 @@ func TestInternalNetworkCredential(t *testing.T) {
 				t.Errorf("%s: output %q, want %q", tt.script, redact(out), tt.want)
 			}
 		})
+	}
+	if asked := dns.asked(); !slices.Contains(asked, "control.airlock.test.") || !slices.Contains(asked, "forwarded.airlock.test.") {
+		t.Errorf("the resolver in the proxy container saw %q, want the direct and the forwarded query", asked)
 	}
 	if got := sandboxes(rp.audit); got[id] < 2 {
 		t.Errorf("audit events by sandbox %v, want at least 2 from %s", got, id)

@@ -26,8 +26,9 @@ type spec struct {
 
 // containerSpec turns validated sandbox options into the container's configuration.
 // caFile is the host file holding o.CABundle ("" when there is none); network is the
-// sandbox's internal network ("" means --network none).
-func (b *Backend) containerSpec(o sandbox.Options, caFile, network string) (spec, error) {
+// sandbox's internal network ("" means --network none) and resolver the proxy container's
+// address on it.
+func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver string) (spec, error) {
 	if o.WorkspaceMode == sandbox.WorkspaceCoW && o.Workspace != "" {
 		return spec{}, fmt.Errorf("workspace mode cow: not supported by the docker backend (use rw or ro)")
 	}
@@ -74,6 +75,13 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network string) (spec
 	}
 	if network != "" {
 		host.NetworkMode = container.NetworkMode(network)
+		// Docker's embedded DNS (127.0.0.11) answers the network's member names and sends
+		// other queries to the container's resolvers, by default the daemon's, which are
+		// outside. The sandbox needs no DNS (HTTP_PROXY holds the proxy's address), so its
+		// only resolver is the proxy container, which serves none: even an engine that
+		// forwarded from internal networks would have nowhere outside to forward to. (The
+		// 20.10 engine forwards nothing from them: e2e TestInternalNetworkCredential.)
+		host.DNS = []string{resolver}
 	} else {
 		// Docker turns IPv6 off in containers; the proxy's listener needs [::1] on lo as
 		// the native backend has it, so that clients preferring IPv6 find it too.

@@ -39,7 +39,7 @@ func TestSpecBoundary(t *testing.T) {
 	b := testBackend(t, Options{})
 	ws := t.TempDir()
 	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-1", Workspace: ws, WorkspaceMode: sandbox.WorkspaceRO,
-		Memory: 64 << 20, Pids: 77, CPUs: 1.5, TmpSize: 1 << 20}, "/state/ca.pem", "")
+		Memory: 64 << 20, Pids: 77, CPUs: 1.5, TmpSize: 1 << 20}, "/state/ca.pem", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +86,16 @@ func TestSpecBoundary(t *testing.T) {
 
 func TestSpecInternalNetworkAndRW(t *testing.T) {
 	b := testBackend(t, Options{User: "2000:3000", Runtime: "runsc"})
-	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-2", Workspace: t.TempDir(), WorkspaceMode: sandbox.WorkspaceRW, Pids: 5, TmpSize: 10}, "", "airlock-sbx-2")
+	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-2", Workspace: t.TempDir(), WorkspaceMode: sandbox.WorkspaceRW, Pids: 5, TmpSize: 10}, "", "airlock-sbx-2", "172.30.0.2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := string(sp.Host.NetworkMode); got != "airlock-sbx-2" {
 		t.Errorf("network mode %q, want airlock-sbx-2", got)
+	}
+	// Docker's DNS may forward only to the proxy container, never to the daemon's resolvers.
+	if len(sp.Host.DNS) != 1 || sp.Host.DNS[0] != "172.30.0.2" {
+		t.Errorf("DNS %v, want only the proxy container [172.30.0.2]", sp.Host.DNS)
 	}
 	if len(sp.Host.Mounts) != 1 || sp.Host.Mounts[0].ReadOnly {
 		t.Errorf("mounts %+v, want one read-write workspace", sp.Host.Mounts)
@@ -122,7 +126,7 @@ func TestSpecRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := b.containerSpec(tt.o, "", "")
+			_, err := b.containerSpec(tt.o, "", "", "")
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one mentioning %q", err, tt.want)
 			}

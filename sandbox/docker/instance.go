@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -68,7 +69,11 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 			return nil, err
 		}
 	}
-	sp, err := b.containerSpec(o, caFile, in.network)
+	resolver := ""
+	if in.proxyAddr != "" {
+		resolver, _, _ = net.SplitHostPort(in.proxyAddr)
+	}
+	sp, err := b.containerSpec(o, caFile, in.network, resolver)
 	if err != nil {
 		return nil, err
 	}

@@ -12,8 +12,7 @@ import (
 )
 
 // createNetwork makes the sandbox's own internal network (no route off it, no address of
-// the host on it, no DNS forwarding by Docker's resolver) and connects the proxy's
-// container to it.
+// the host on it) and connects the proxy's container to it.
 func (in *instance) createNetwork(ctx context.Context) error {
 	name := containerName(in.opts.ID)
 	internal := true
