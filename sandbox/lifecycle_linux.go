@@ -147,6 +147,9 @@ func ownerAlive(dir string) bool {
 // sandboxes there. A sandbox's state directory exists before its cgroups are made and is
 // removed after they are, so a crashed sandbox always leaves one to find it by.
 func (n *Native) Cleanup(ctx context.Context) error {
+	if os.Geteuid() != 0 {
+		return ErrNeedsRoot
+	}
 	state := n.stateDir()
 	var errs []error
 	live := map[string]bool{}

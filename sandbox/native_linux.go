@@ -36,6 +36,9 @@ const (
 
 var _ Backend = (*Native)(nil)
 
+// ErrNeedsRoot: native sandboxes need root (namespaces, cgroups, idmapped mounts).
+var ErrNeedsRoot = errors.New("native sandboxes need root (namespaces, cgroups, idmapped mounts): run airlock as root, or use --backend docker")
+
 func (n *Native) stateDir() string {
 	if n != nil && n.StateDir != "" {
 		return n.StateDir
@@ -74,7 +77,7 @@ type nativeInstance struct {
 // Create builds and starts a native sandbox.
 func (n *Native) Create(ctx context.Context, o Options) (inst Instance, err error) {
 	if os.Geteuid() != 0 {
-		return nil, errors.New("native sandbox: needs root")
+		return nil, ErrNeedsRoot
 	}
 	in := &nativeInstance{opts: o, dir: filepath.Join(n.stateDir(), "sandboxes", o.ID)}
 	defer func() {

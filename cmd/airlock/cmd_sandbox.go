@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -181,7 +182,9 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		}
 		defer b.Close()
 		o.Backend = b
-	} else if err := (&sandbox.Native{}).Cleanup(ctx); err != nil {
+	} else if err := (&sandbox.Native{}).Cleanup(ctx); errors.Is(err, sandbox.ErrNeedsRoot) {
+		return err
+	} else if err != nil {
 		return fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
 	}
 	log := newLogger(cfg, os.Stderr)

@@ -172,3 +172,30 @@ func startSleeper(t *testing.T, bin, kind string) (*exec.Cmd, int, string, strin
 	}
 	return cmd, pid, id, marker, stderr
 }
+
+// TestNotRootSaysSo: as an unprivileged user, `airlock sandbox run` says that native
+// sandboxes need root (and what else to use) instead of failing on a state directory.
+func TestNotRootSaysSo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to another user")
+	}
+	bin := airlockBinary(t)
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	if err := os.Chown(home, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "sandbox", "run", "--", "true")
+	cmd.Env = []string{"AIRLOCK_HOME=" + home, "PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("airlock sandbox run as nobody: %v, want exit status 1\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "native sandboxes need root") || !strings.Contains(string(out), "--backend docker") {
+		t.Errorf("output %q does not say native sandboxes need root and what else to use", out)
+	}
+}
