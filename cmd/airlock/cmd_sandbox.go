@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/sandbox"
@@ -157,6 +159,13 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	if sf.patch != "" && o.WorkspaceMode != sandbox.WorkspaceCoW {
 		return fmt.Errorf("--patch needs a copy-on-write workspace (--workspace DIR:cow)")
 	}
+	// Files written after the command must be writable before it runs: a report lost
+	// after a long run is a run lost.
+	for flag, path := range map[string]string{"--report": sf.report, "--patch": sf.patch} {
+		if err := checkWritable(path); err != nil {
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+	}
 
 	remote := cfg.Sandbox.Backend == "kubernetes" || (cfg.Sandbox.Backend == "docker" && cfg.Sandbox.Docker.Mode == "internal")
 	if remote {
@@ -279,6 +288,29 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	}
 	if res.ExitCode != 0 {
 		return exitCode(res.ExitCode)
+	}
+	return nil
+}
+
+// checkWritable says whether a file can be written at path later (its directory exists
+// and is writable, and path is not a directory); "" is fine.
+func checkWritable(path string) error {
+	if path == "" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("cannot write %s: %s is not a directory", path, dir)
+	}
+	if err := unix.Access(dir, unix.W_OK); err != nil {
+		return fmt.Errorf("cannot write %s: directory %s: %w", path, dir, err)
 	}
 	return nil
 }

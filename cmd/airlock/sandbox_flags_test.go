@@ -1,13 +1,15 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
 
 // TestSandboxRunRefusesMeaninglessLimits: a limit given on the command line is either
 // applied or refused; a negative, zero or non-numeric one used to be ignored silently, so
-// the sandbox ran with the configured (or no) limit instead.
+// the sandbox ran with the configured (or no) limit instead. Output files that cannot be
+// written are refused before the command runs (the report used to be lost after it).
 func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 	cfg := writeConfig(t, "home: "+t.TempDir()+"\n")
 	for _, tt := range []struct {
@@ -24,6 +26,10 @@ func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 		{[]string{"--memory", "-5M"}, "--memory"},
 		{[]string{"--patch", "p.diff"}, "--patch needs a copy-on-write workspace"},
 		{[]string{"--patch", "p.diff", "--workspace", "."}, "--patch needs a copy-on-write workspace"},
+		// Checked before the command runs, not after.
+		{[]string{"--report", "/nonexistent/r.json"}, "--report: cannot write /nonexistent/r.json"},
+		{[]string{"--report", os.TempDir()}, "is a directory"},
+		{[]string{"--patch", "/nonexistent/p.diff", "--workspace", ".:cow"}, "--patch: cannot write"},
 	} {
 		root := newRoot()
 		args := append([]string{"sandbox", "run", "--config", cfg}, tt.flags...)
