@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -289,6 +290,13 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 	}
 	defer goR.Close()
 	defer goW.Close()
+	stR, stW, err := os.Pipe() // the init's report of the command's wait status
+	if err != nil {
+		fail("pipe", err)
+		return
+	}
+	defer stR.Close()
+	defer stW.Close()
 	ec, err := json.Marshal(execConfig{Args: req.Args, Dir: req.Dir, Writable: req.Writable,
 		Landlock: setup.Landlock, Seccomp: setup.Seccomp})
 	if err != nil {
@@ -303,7 +311,7 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 		Stdin:      files[1],
 		Stdout:     files[2],
 		Stderr:     files[3],
-		ExtraFiles: []*os.File{goR},
+		ExtraFiles: []*os.File{goR, stW}, // descriptors 3 and execStatusFD
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
 			UidMappings:                idmap,
@@ -319,6 +327,7 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 		return
 	}
 	goR.Close()
+	stW.Close()
 	procs := setup.CgroupFDs
 	if req.CgroupProcs {
 		procs = append(append([]int(nil), procs...), int(files[4].Fd()))
@@ -347,7 +356,14 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 		_ = cmd.Process.Kill()
 	}()
 	_ = cmd.Wait()
-	report(exitMessage(cmd.ProcessState))
+	m := exitMessage(cmd.ProcessState)
+	// The command's own status, if the init lived to write it (not when the run was killed:
+	// then the init's SIGKILL is the answer).
+	var b [4]byte
+	if n, _ := io.ReadFull(stR, b[:]); n == 4 {
+		m.setStatus(syscall.WaitStatus(binary.NativeEndian.Uint32(b[:])))
+	}
+	report(m)
 	_ = unix.Shutdown(conn, unix.SHUT_RDWR)
 	<-watched
 }
@@ -359,13 +375,7 @@ func exitMessage(ps *os.ProcessState) runMessage {
 		return m
 	}
 	ws, _ := ps.Sys().(syscall.WaitStatus)
-	switch {
-	case ws.Signaled():
-		m.Signum = int(ws.Signal())
-		m.ExitCode = 128 + int(ws.Signal())
-	default:
-		m.ExitCode = ws.ExitStatus()
-	}
+	m.setStatus(ws)
 	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
 		m.UserNS = syscall.TimevalToNsec(ru.Utime)
 		m.SysNS = syscall.TimevalToNsec(ru.Stime)
@@ -379,4 +389,13 @@ func exitMessage(ps *os.ProcessState) runMessage {
 func runUserNSKeeper() error {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return nil
+}
+
+// setStatus sets the exit code (128+n for signal n) and signal of a wait status.
+func (m *runMessage) setStatus(ws syscall.WaitStatus) {
+	m.Signum, m.ExitCode = 0, ws.ExitStatus()
+	if ws.Signaled() {
+		m.Signum = int(ws.Signal())
+		m.ExitCode = 128 + int(ws.Signal())
+	}
 }

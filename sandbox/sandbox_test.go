@@ -258,3 +258,38 @@ func TestMemoryLimit(t *testing.T) {
 		t.Errorf("exit %d signal %q oom %v, want an OOM kill", res.ExitCode, res.Signal, res.Usage.OOMKilled)
 	}
 }
+
+// TestCommandHasAnInit: a command runs under an init of its own (pid 1 of its PID
+// namespace, as docker run --init): orphans it leaves behind are reaped instead of piling up
+// as zombies against the pids limit, and a command killed by a signal, even one it sent
+// itself, is reported as killed by that signal.
+func TestCommandHasAnInit(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{})
+	// python does not reap children it did not start; 20 orphans exit while it sleeps.
+	script := `exec python3 -c '
+import os, subprocess, time
+for _ in range(20):
+    subprocess.Popen(["sh", "-c", "sleep 0.1 &"]).wait()
+time.sleep(1)
+zombies = 0
+for p in os.listdir("/proc"):
+    try:
+        if p.isdigit() and open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[0] == "Z":
+            zombies += 1
+    except OSError:
+        pass
+print("zombies", zombies)
+print("pid", os.getpid())
+'`
+	res := run(t, s, script)
+	if !strings.Contains(string(res.Stdout), "zombies 0\n") {
+		t.Errorf("orphans were not reaped: %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	if strings.Contains(string(res.Stdout), "pid 1\n") {
+		t.Errorf("the command is pid 1 of its namespace: %q", res.Stdout)
+	}
+	res = run(t, s, "kill -KILL $$")
+	if res.ExitCode != 137 || res.Signal != "SIGKILL" {
+		t.Errorf("command that killed itself: exit %d signal %q, want 137 SIGKILL", res.ExitCode, res.Signal)
+	}
+}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,8 +17,9 @@ import (
 // root of its fresh user namespace (mapped to the sandbox's host uid range). On one locked
 // thread it waits until the holder has placed it in its cgroups, forbids nested user
 // namespaces, drops to the sandbox user, clears every capability (bounding set included),
-// sets no_new_privs, applies Landlock and seccomp, and execs the command from that same
-// thread, so the credentials and filters of that thread become the process's.
+// sets no_new_privs, applies Landlock and seccomp, and forks the command from that same
+// thread, so it inherits the credentials and filters of that thread; this process then
+// stays as the namespace's init (beInit).
 func runExec() error {
 	runtime.LockOSThread()
 	if len(os.Args) < 2 {
@@ -58,10 +60,45 @@ func runExec() error {
 	if err := loadSeccomp(cfg.Seccomp); err != nil {
 		return err
 	}
-	err = syscall.Exec(path, cfg.Args, os.Environ())
-	fmt.Fprintf(os.Stderr, "airlock sandbox: exec %s: %v\n", cfg.Args[0], err)
-	os.Exit(126)
+	// The command is forked, not exec'd into: this process stays as the namespace's init.
+	syscall.CloseOnExec(execStatusFD)
+	child, err := syscall.ForkExec(path, cfg.Args, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock sandbox: exec %s: %v\n", cfg.Args[0], err)
+		os.Exit(126)
+	}
+	beInit(child)
 	return nil
+}
+
+// execStatusFD is where the exec stage, as init, writes the command's wait status.
+const execStatusFD = 4
+
+// beInit is pid 1 of the run's PID namespace once the command is forked (as be_init in
+// stage_linux.c): it reaps whatever is reparented to it and ends when the command does,
+// writing the command's raw wait status to execStatusFD first, since pid 1 cannot die of
+// a signal it sends itself.
+func beInit(child int) {
+	for _, f := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
+		f.Close()
+	}
+	var ws syscall.WaitStatus
+	for {
+		p, err := syscall.Wait4(-1, &ws, 0, nil)
+		if p == child {
+			break
+		}
+		if err != nil && err != syscall.EINTR {
+			os.Exit(125)
+		}
+	}
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], uint32(ws))
+	_, _ = unix.Write(execStatusFD, b[:])
+	if ws.Signaled() {
+		os.Exit(128 + int(ws.Signal()))
+	}
+	os.Exit(ws.ExitStatus())
 }
 
 // dropPrivileges switches the calling thread to the sandbox user with no capabilities.

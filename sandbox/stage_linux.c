@@ -11,9 +11,10 @@
 // namespace. It carries out the parent's mount plan, then serves run requests on its
 // control socket (descriptor 3) from one poll loop: each command starts in a child cloned
 // into a fresh user and PID namespace, which waits until the holder has mapped its ids and
-// placed it in its cgroups, then drops every privilege, applies Landlock and seccomp, and
-// execs. The holder exits when the parent closes the control socket (or dies: Pdeathsig),
-// and the kernel then kills everything left in the sandbox.
+// placed it in its cgroups, then drops every privilege, applies Landlock and seccomp, forks
+// the command and stays as that namespace's init (be_init). The holder exits when the
+// parent closes the control socket (or dies: Pdeathsig), and the kernel then kills
+// everything left in the sandbox.
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -42,6 +43,7 @@
 #define STAGE_HOLDER "airlock-sandbox:holder"
 #define STAGE_USERNS "airlock-sandbox:userns"
 #define CTRL_FD 3
+#define STATUS_FD 3 // in a command's init: where the command's wait status goes
 #define MAX_PACKET (1 << 20)
 #define MAX_FDS 8
 #define UID_RANGE 65536
@@ -429,6 +431,28 @@ static int setup(struct msg *m) {
 
 // The command's side: runs in the cloned child, never returns.
 
+// be_init is pid 1 of the run's PID namespace once the command is forked (pid 2), with the
+// same credentials and filters: it reaps whatever is reparented to it, so orphans do not
+// pile up as zombies against the pids limit, and it ends when the command does (the
+// kernel then kills what is left in the namespace). pid 1 cannot die of a signal it sends
+// itself, so a command killed by a signal is reported through the status pipe: the raw
+// wait status, which the holder prefers to this process's own.
+static void be_init(pid_t command) {
+	close(0);
+	close(1);
+	close(2);
+	int status;
+	for (;;) {
+		pid_t p = wait4(-1, &status, 0, NULL);
+		if (p == command)
+			break;
+		if (p < 0 && errno != EINTR)
+			_exit(EXIT_SETUP);
+	}
+	(void)!write(STATUS_FD, &status, sizeof status);
+	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
 static void die(const char *what, int err) {
 	char b[1024];
 	int n = err ? snprintf(b, sizeof b, "airlock sandbox: %s: %s\n", what, strerror(err))
@@ -550,7 +574,7 @@ struct runreq {
 	char **env;
 };
 
-static void command(struct runreq *r, int gate, int in, int out, int err) {
+static void command(struct runreq *r, int gate, int status, int in, int out, int err) {
 	char b;
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	ssize_t n;
@@ -559,10 +583,11 @@ static void command(struct runreq *r, int gate, int in, int out, int err) {
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(EXIT_SETUP); // the holder did not release the command
-	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 || dup2(status, STATUS_FD) < 0 ||
+	    fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC) < 0)
 		_exit(EXIT_SETUP);
-	if (syscall(SYS_close_range, 3, ~0U, 0) < 0)
-		for (int fd = 3; fd < 1024; fd++)
+	if (syscall(SYS_close_range, STATUS_FD + 1, ~0U, 0) < 0)
+		for (int fd = STATUS_FD + 1; fd < 1024; fd++)
 			close(fd);
 	sigset_t all;
 	sigemptyset(&all);
@@ -585,6 +610,11 @@ static void command(struct runreq *r, int gate, int in, int out, int err) {
 	restrict_landlock(r->writable, r->nwritable);
 	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &sb.seccomp) < 0)
 		die("load seccomp filter", errno);
+	pid_t child = fork();
+	if (child < 0)
+		die("start command", errno);
+	if (child > 0)
+		be_init(child);
 	execve(path, r->args, r->env);
 	char m[4200];
 	int e = errno;
@@ -596,8 +626,9 @@ static void command(struct runreq *r, int gate, int in, int out, int err) {
 // The holder's side of runs.
 
 struct run {
-	pid_t pid;
+	pid_t pid;    // the run's init
 	int conn;
+	int status;   // read end of the init's status pipe
 	int watching; // conn is polled for a kill request
 };
 
@@ -647,9 +678,15 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		goto out;
 	}
 	int conn = fds[0];
-	int gate[2];
+	int gate[2], status[2];
 	if (pipe2(gate, O_CLOEXEC) < 0) {
 		send_error(conn, 1, "pipe", errno);
+		goto out;
+	}
+	if (pipe2(status, O_CLOEXEC | O_NONBLOCK) < 0) {
+		send_error(conn, 1, "pipe", errno);
+		close(gate[0]);
+		close(gate[1]);
 		goto out;
 	}
 	pid_t pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
@@ -657,13 +694,17 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		send_error(conn, 1, "start command", errno);
 		close(gate[0]);
 		close(gate[1]);
+		close(status[0]);
+		close(status[1]);
 		goto out;
 	}
 	if (pid == 0) {
 		close(gate[1]);
-		command(&r, gate[0], fds[1], fds[2], fds[3]);
+		close(status[0]);
+		command(&r, gate[0], status[1], fds[1], fds[2], fds[3]);
 	}
 	close(gate[0]);
+	close(status[1]);
 	const char *fail = NULL;
 	if (write_idmap(pid, "uid_map") < 0)
 		fail = "map user ids";
@@ -680,6 +721,7 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		int e = errno;
 		kill(pid, SIGKILL);
 		close(gate[1]);
+		close(status[0]);
 		waitpid(pid, NULL, 0);
 		send_error(conn, 1, fail, e);
 		goto out;
@@ -695,6 +737,7 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		struct run *p = realloc(runs, c * sizeof *p);
 		if (!p) {
 			kill(pid, SIGKILL); // reaped and reported by the loop only if known: report here
+			close(status[0]);
 			waitpid(pid, NULL, 0);
 			send_error(conn, 1, "out of memory", ENOMEM);
 			goto out;
@@ -702,7 +745,7 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		runs = p;
 		capruns = c;
 	}
-	runs[nruns++] = (struct run){.pid = pid, .conn = conn, .watching = 1};
+	runs[nruns++] = (struct run){.pid = pid, .conn = conn, .status = status[0], .watching = 1};
 	fds[0] = -1; // kept
 out:
 	for (int i = 0; i < nfds; i++)
@@ -740,6 +783,12 @@ static void reap(void) {
 		for (size_t i = 0; i < nruns; i++) {
 			if (runs[i].pid != pid)
 				continue;
+			// The command's own status, if its init lived to write it (not when the
+			// run was killed: then the init's SIGKILL is the answer).
+			int cmd;
+			if (read(runs[i].status, &cmd, sizeof cmd) == sizeof cmd)
+				status = cmd;
+			close(runs[i].status);
 			report_exit(&runs[i], status, &ru);
 			runs[i] = runs[--nruns];
 			break;
