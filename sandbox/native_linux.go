@@ -199,7 +199,7 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
-	if err := in.holder.Start(); err != nil {
+	if err := startPinned(in.holder); err != nil {
 		in.holder = nil
 		return fmt.Errorf("start sandbox: %w", err)
 	}
@@ -262,7 +262,7 @@ func (in *nativeInstance) idmapNamespace() (func(), *os.File, error) {
 			Pdeathsig:   syscall.SIGKILL,
 		},
 	}
-	err = cmd.Start()
+	err = startPinned(cmd)
 	r.Close()
 	if err != nil {
 		w.Close()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -291,5 +292,40 @@ print("pid", os.getpid())
 	res = run(t, s, "kill -KILL $$")
 	if res.ExitCode != 137 || res.Signal != "SIGKILL" {
 		t.Errorf("command that killed itself: exit %d signal %q, want 137 SIGKILL", res.ExitCode, res.Signal)
+	}
+}
+
+// TestSandboxOutlivesTheThreadThatCreatedIt: a parent-death signal follows the thread that
+// forked the child. A sandbox created from a goroutine that then ends locked to its OS
+// thread (which the Go runtime terminates) must keep running.
+func TestSandboxOutlivesTheThreadThatCreatedIt(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("native sandboxes need root (CI runs as root)")
+	}
+	var s *sandbox.Sandbox
+	var err error
+	for s == nil && err == nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread()
+			if syscall.Gettid() == os.Getpid() {
+				// The main thread is never terminated (the runtime parks it): try again
+				// on another.
+				runtime.UnlockOSThread()
+				return
+			}
+			// Never unlocked: the runtime terminates this thread when the goroutine ends.
+			s, err = sandbox.New(context.Background(), sandbox.Options{Backend: &sandbox.Native{StateDir: testState}})
+		}()
+		<-done
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	time.Sleep(200 * time.Millisecond) // the thread's exit, and any signal it sends
+	if res := run(t, s, "echo alive"); string(res.Stdout) != "alive\n" {
+		t.Errorf("sandbox after its creating thread ended: stdout %q stderr %q", res.Stdout, res.Stderr)
 	}
 }
