@@ -39,7 +39,6 @@ func (in *nativeInstance) Run(ctx context.Context, cmd Command) (Result, error) 
 }
 
 func (in *nativeInstance) run(ctx context.Context, cmd Command, n int) (Result, error) {
-
 	runDir, err := in.cg.runGroup(n)
 	if err != nil {
 		return Result{}, err

@@ -329,3 +329,13 @@ func TestSandboxOutlivesTheThreadThatCreatedIt(t *testing.T) {
 		t.Errorf("sandbox after its creating thread ended: stdout %q stderr %q", res.Stdout, res.Stderr)
 	}
 }
+
+// TestInitIgnoresSignalsFromInside: the init ignores what a command sends pid 1, as any
+// init does, with both holders; the command goes on.
+func TestInitIgnoresSignalsFromInside(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{})
+	res := run(t, s, "for s in INT TERM HUP QUIT USR1 USR2; do kill -$s 1; done; sleep 0.2; echo still here")
+	if string(res.Stdout) != "still here\n" || res.ExitCode != 0 {
+		t.Errorf("after signalling pid 1: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}

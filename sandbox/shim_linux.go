@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"syscall"
 
@@ -79,6 +80,9 @@ const execStatusFD = 4
 // writing the command's raw wait status to execStatusFD first, since pid 1 cannot die of
 // a signal it sends itself.
 func beInit(child int) {
+	// As the C init, which installs no handler, ignore what the sandbox may send pid 1 (the
+	// Go runtime would otherwise exit on SIGINT or SIGTERM and end the command with it).
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	for _, f := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
 		f.Close()
 	}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -38,17 +40,7 @@ func main() {
 // signalError is the cause of a context cancelled by a signal.
 type signalError struct{ sig syscall.Signal }
 
-func (e signalError) Error() string { return "signal " + unixSignalName(e.sig) }
-
-func unixSignalName(s syscall.Signal) string {
-	switch s {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	}
-	return s.String()
-}
+func (e signalError) Error() string { return "signal " + unix.SignalName(e.sig) }
 
 // signalContext is cancelled, with a signalError cause, by the first of sigs; a second
 // signal gets the default action (an impatient operator can still kill airlock).
