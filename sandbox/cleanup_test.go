@@ -69,6 +69,48 @@ func TestCleanupRemovesLeftoversOfDeadOwners(t *testing.T) {
 	if !slotHeldBy(t, "sbx-cleanup-other") {
 		t.Error("Cleanup removed the uid slot of another airlock's live sandbox")
 	}
+	if !slotHeldBy(t, "sbx-cleanup-live") {
+		t.Error("Cleanup removed the uid slot of its own live sandbox")
+	}
+	// A slot of this state directory whose sandbox has no directory: freed when old, kept
+	// while young (its sandbox may be being created, or the file not yet written).
+	young := takeSlot(t, "sbx-cleanup-gone\n"+state+"\n")
+	old := takeSlot(t, "sbx-cleanup-gone\n"+state+"\n")
+	writing := takeSlot(t, "")
+	past := time.Now().Add(-2 * time.Minute)
+	must(t, os.Chtimes(old, past, past))
+	if err := n.Cleanup(context.Background()); err != nil {
+		t.Fatalf("Cleanup: %v", err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Errorf("a young slot was freed: %v", err)
+	}
+	if _, err := os.Stat(writing); err != nil {
+		t.Errorf("a slot being written was freed: %v", err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("an old slot of a sandbox that is gone was kept (stat: %v)", err)
+	}
+}
+
+// takeSlot creates a free slot file with content, removed at cleanup.
+func takeSlot(t *testing.T, content string) string {
+	t.Helper()
+	for n := 32000; n > 0; n-- {
+		p := filepath.Join(sandbox.SlotDir, strconv.Itoa(n))
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if os.IsExist(err) {
+			continue
+		}
+		must(t, err)
+		_, err = f.WriteString(content)
+		must(t, err)
+		must(t, f.Close())
+		t.Cleanup(func() { _ = os.Remove(p) })
+		return p
+	}
+	t.Fatal("no free slot")
+	return ""
 }
 
 // slotHeldBy reports whether a machine-wide uid slot names sandbox id.

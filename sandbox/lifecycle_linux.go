@@ -49,19 +49,27 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 		in.ctrl = nil
 	}
 	in.ctrlMu.Unlock()
+	var cgErr error
 	if in.cg != nil {
-		errs = append(errs, in.cg.remove())
+		cgErr = in.cg.remove()
 	}
 	if in.opts.WorkspaceMode == WorkspaceCoW && in.opts.Workspace != "" {
 		ch, err := changesOf(filepath.Join(in.dir, "upper"), in.opts.Workspace)
 		in.changes = ch
 		errs = append(errs, err)
 	}
-	if err := os.RemoveAll(in.dir); err != nil {
-		errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
-	}
-	if in.slot != "" {
-		_ = os.Remove(in.slot)
+	if cgErr != nil {
+		// Processes may outlive a cgroup that could not be removed: keep the state
+		// directory, through which a later Cleanup finds the cgroups again, and the uid
+		// range, so that no other sandbox gets those ids meanwhile.
+		errs = append(errs, fmt.Errorf("%w (sandbox %s kept for a later cleanup)", cgErr, in.opts.ID))
+	} else {
+		if err := os.RemoveAll(in.dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
+		}
+		if in.slot != "" {
+			_ = os.Remove(in.slot)
+		}
 	}
 	in.closeErr = errors.Join(errs...)
 	return in.closeErr
@@ -152,8 +160,6 @@ func (n *Native) Cleanup(ctx context.Context) error {
 	}
 	state := n.stateDir()
 	var errs []error
-	live := map[string]bool{}
-	var stale []string
 	entries, err := os.ReadDir(filepath.Join(state, "sandboxes"))
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("read sandboxes: %w", err)
@@ -161,56 +167,56 @@ func (n *Native) Cleanup(ctx context.Context) error {
 	for _, e := range entries {
 		dir := filepath.Join(state, "sandboxes", e.Name())
 		if ownerAlive(dir) || justCreated(dir) {
-			live[e.Name()] = true
 			continue
 		}
-		stale = append(stale, e.Name())
-	}
-	// Cgroups first (which kills what still runs in them), then the state that names them.
-	errs = append(errs, n.cleanupCgroups(ctx, stale))
-	for _, id := range stale {
-		dir := filepath.Join(state, "sandboxes", id)
+		// Cgroups first (which kills what still runs in them), then the state that names
+		// them; a sandbox whose cgroups stay keeps its state for the next Cleanup.
+		if err := n.cleanupCgroups(ctx, e.Name()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
 		}
 	}
+	// A slot is freed when the sandbox it names has no state directory left here. A slot
+	// younger than a minute may belong to a sandbox being created right now (its directory
+	// made after the loop above, or the slot file not yet written): it stays.
 	slots, _ := os.ReadDir(SlotDir)
 	for _, s := range slots {
 		path := filepath.Join(SlotDir, s.Name())
 		b, err := os.ReadFile(path)
-		if err != nil {
+		if err != nil || justCreated(path) {
 			continue
 		}
 		id, owner, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 		if owner == "" {
 			owner = DefaultStateDir // written before slots named their state directory
 		}
-		if owner != filepath.Clean(state) || live[id] {
-			continue // another airlock's, or in use
+		if owner != filepath.Clean(state) || id == "" || exists(filepath.Join(state, "sandboxes", id)) {
+			continue // another airlock's, or its sandbox is alive or not yet cleaned up
 		}
 		_ = os.Remove(path)
 	}
 	return errors.Join(errs...)
 }
 
-// cleanupCgroups removes the cgroups of the stale sandboxes ids, in every hierarchy.
-func (n *Native) cleanupCgroups(ctx context.Context, ids []string) error {
+// cleanupCgroups removes the cgroups of the stale sandbox id, in every hierarchy.
+func (n *Native) cleanupCgroups(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	h := probeCgroups(n.cgroupRoot())
 	var errs []error
-	for _, id := range ids {
-		if ctx.Err() != nil {
-			return ctx.Err()
+	if h.unified != "" {
+		if dir := filepath.Join(h.unified, cgroupPrefix, id); exists(dir) {
+			errs = append(errs, (&cgroups{unified: dir}).remove())
 		}
-		if h.unified != "" {
-			if dir := filepath.Join(h.unified, cgroupPrefix, id); exists(dir) {
-				errs = append(errs, (&cgroups{unified: dir}).remove())
-			}
-		}
-		for _, c := range []string{"memory", "pids", "cpu"} {
-			if d := h.v1Dir(c); d != "" {
-				if dir := filepath.Join(d, cgroupPrefix, id); exists(dir) {
-					errs = append(errs, (&cgroups{v1: map[string]string{c: dir}}).remove())
-				}
+	}
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		if d := h.v1Dir(c); d != "" {
+			if dir := filepath.Join(d, cgroupPrefix, id); exists(dir) {
+				errs = append(errs, (&cgroups{v1: map[string]string{c: dir}}).remove())
 			}
 		}
 	}

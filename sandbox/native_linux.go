@@ -41,6 +41,9 @@ var ErrNeedsRoot = errors.New("native sandboxes need root (namespaces, cgroups, 
 
 func (n *Native) stateDir() string {
 	if n != nil && n.StateDir != "" {
+		if abs, err := filepath.Abs(n.StateDir); err == nil {
+			return abs // slots name their state directory: one spelling of it
+		}
 		return n.StateDir
 	}
 	return DefaultStateDir
