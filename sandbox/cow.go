@@ -33,9 +33,7 @@ func changesOf(upper, lower string) ([]Change, error) {
 		if err != nil {
 			return err
 		}
-		lowerPath := filepath.Join(lower, rel)
-		lfi, lerr := os.Lstat(lowerPath)
-		inLower := lerr == nil
+		lfi, inLower := lstatBeneath(lower, rel)
 		if isWhiteout(info) {
 			if inLower {
 				out = append(out, deletedUnder(lower, rel, lfi)...)
@@ -43,16 +41,23 @@ func changesOf(upper, lower string) ([]Change, error) {
 			return nil
 		}
 		if d.IsDir() {
-			if isOpaque(path) && inLower && lfi.IsDir() {
-				out = append(out, opaqueDeletions(upper, lower, rel)...)
-			}
-			if !inLower {
+			switch {
+			case !inLower:
 				out = append(out, Change{Path: rel + "/", Kind: "added"})
+			case !lfi.IsDir():
+				// A file or link of the host replaced by a directory.
+				out = append(out, Change{Path: rel, Kind: "deleted"}, Change{Path: rel + "/", Kind: "added"})
+			case isOpaque(path):
+				out = append(out, opaqueDeletions(upper, lower, rel)...)
 			}
 			return nil
 		}
 		switch {
 		case !inLower:
+			out = append(out, Change{Path: rel, Kind: "added"})
+		case lfi.IsDir():
+			// A directory of the host replaced by a file or link.
+			out = append(out, deletedUnder(lower, rel, lfi)...)
 			out = append(out, Change{Path: rel, Kind: "added"})
 		case !sameFile(upper, lower, rel, info, lfi):
 			out = append(out, Change{Path: rel, Kind: "modified"})
@@ -64,6 +69,33 @@ func changesOf(upper, lower string) ([]Change, error) {
 	}
 	slices.SortFunc(out, func(a, b Change) int { return cmpString(a.Path, b.Path) })
 	return out, nil
+}
+
+// lstatBeneath is Lstat of rel under the host workspace root, false when rel is not
+// there or one of its parents is a symlink: the sandbox names the paths (its upper
+// directory mirrors them), and a host symlink on the way must not take the listing out of
+// the workspace.
+func lstatBeneath(root, rel string) (fs.FileInfo, bool) {
+	dir, base := filepath.Split(rel)
+	if dir != "" {
+		// The host side does not change under the sandbox, so checking the way once and
+		// then using the path is enough.
+		rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, false
+		}
+		fd, err := unix.Openat2(rfd, dir, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		unix.Close(rfd)
+		if err != nil {
+			return nil, false
+		}
+		unix.Close(fd)
+	}
+	fi, err := os.Lstat(filepath.Join(root, dir, base))
+	return fi, err == nil
 }
 
 func cmpString(a, b string) int {

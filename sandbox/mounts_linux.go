@@ -219,7 +219,10 @@ func (p *plan) workspace(cfg *rootConfig, dst string) {
 	p.add("tree", "mount workspace "+cfg.Workspace, cfg.Workspace, target,
 		strconv.FormatUint(attr, 10), strconv.Itoa(cfg.IdmapFD))
 	if cfg.WorkspaceMode == WorkspaceCoW {
-		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", cfg.LowerDir, cfg.UpperDir, cfg.WorkDir)
+		// Whatever the host's overlay defaults: no metacopy (a chmod would leave a data-less
+		// upper file, read as empty by changesOf) and no redirect_dir (a renamed directory
+		// would look new and partly empty); a rename of a host directory is copied instead.
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=off,metacopy=off", cfg.LowerDir, cfg.UpperDir, cfg.WorkDir)
 		p.mountAt("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
 	}
 }

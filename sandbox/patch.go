@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"compress/zlib"
+	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
@@ -13,12 +14,24 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// maxPatchFile bounds what one file may bring into a patch (either side).
-const maxPatchFile = 256 << 20
+// A patch is built in memory from files the sandbox wrote: maxPatchFile bounds what one
+// file may bring (either side), maxPatchTotal all of them together, so that a sandbox
+// cannot make airlock read (and hold) without end, with sparse files for instance.
+var (
+	maxPatchFile  = 256 << 20
+	maxPatchTotal = 1 << 30
+	diffTimeout   = 2 * time.Minute
+)
+
+// ErrPatchIncomplete is wrapped by Patch's error when the patch it returns leaves changes
+// out (named in '# airlock:' lines that git apply skips): FIFOs, sockets, devices, files
+// over maxPatchFile, or a host side that cannot be read.
+var ErrPatchIncomplete = errors.New("the patch leaves changes out")
 
 // entry is one side of a changed path as git sees it: mode 100644, 100755 or 120000
 // (a symlink, whose data is its target).
@@ -30,12 +43,13 @@ type entry struct {
 // patchOf renders the changes as one git-style diff (a/ is the host workspace, b/ the
 // sandbox's view) that `git apply` applies to the host copy: text as unified hunks (made
 // by the host's diff(1)), binary files as git binary literals, symlinks as symlinks, new,
-// deleted and mode-changed files with git's headers. The sandbox wrote the upper
-// directory, so nothing there is trusted: files are opened without following any symlink
-// (a link to a host file brings its target path, never the host file's content), only
-// regular files are read, and path names are quoted as git quotes them, so a file name
-// cannot forge patch lines. Other kinds (FIFOs, sockets, devices) cannot be carried by a
-// patch; they are named in a comment line that git apply skips, and stay in Changes.
+// deleted and mode-changed files with git's headers, deletions first (so that a directory
+// replaced by a file, or the reverse, applies). The sandbox wrote the upper directory, so
+// nothing there is trusted: files are opened without following any symlink (a link to a
+// host file brings its target path, never the host file's content), only regular files
+// are read, within maxPatchFile and maxPatchTotal, and path names are quoted as git quotes
+// them, so a file name cannot forge patch lines. What a patch cannot carry is named in a
+// comment line, and the error then wraps ErrPatchIncomplete (the patch is still returned).
 func patchOf(upper, lower string) ([]byte, error) {
 	changes, err := changesOf(upper, lower)
 	if err != nil {
@@ -47,35 +61,64 @@ func patchOf(upper, lower string) ([]byte, error) {
 	}
 	defer os.RemoveAll(tmp)
 	var out bytes.Buffer
-	for _, c := range changes {
-		if strings.HasSuffix(c.Path, "/") {
-			continue
-		}
-		var from, to *entry
-		if c.Kind != "added" {
-			if from, err = readEntry(lower, c.Path); err != nil {
-				fmt.Fprintf(&out, "# airlock: %s left out: host side: %v\n", quotePath(c.Path), err)
+	var left []string
+	total := 0
+	leave := func(path string, err error) {
+		fmt.Fprintf(&out, "# airlock: %s left out: %v\n", quotePath(path), err)
+		left = append(left, path)
+	}
+	for _, deletions := range []bool{true, false} {
+		for _, c := range changes {
+			if strings.HasSuffix(c.Path, "/") || (c.Kind == "deleted") != deletions {
 				continue
 			}
-		}
-		if c.Kind != "deleted" {
-			if to, err = readEntry(upper, c.Path); err != nil {
-				fmt.Fprintf(&out, "# airlock: %s left out: %v\n", quotePath(c.Path), err)
-				continue
+			var from, to *entry
+			if c.Kind != "added" {
+				if from, err = readEntry(lower, c.Path); err != nil {
+					leave(c.Path, fmt.Errorf("host side: %w", err))
+					continue
+				}
 			}
-		}
-		if from != nil && to != nil && (from.mode == "120000") != (to.mode == "120000") {
-			// A file became a symlink or the reverse: git writes a deletion and an addition.
-			if err := writeFilePatch(&out, tmp, c.Path, from, nil); err != nil {
+			if c.Kind != "deleted" {
+				if to, err = readEntry(upper, c.Path); err != nil {
+					leave(c.Path, err)
+					continue
+				}
+			}
+			if total += from.size() + to.size(); total > maxPatchTotal {
+				return nil, fmt.Errorf("patch: the changes hold more than the %d MiB of file data a patch carries", maxPatchTotal>>20)
+			}
+			if from != nil && to != nil && (from.mode == "120000") != (to.mode == "120000") {
+				// A file became a symlink or the reverse: git writes a deletion and an addition.
+				if err := writeFilePatch(&out, tmp, c.Path, from, nil); err != nil {
+					return nil, err
+				}
+				from = nil
+			}
+			if err := writeFilePatch(&out, tmp, c.Path, from, to); err != nil {
 				return nil, err
 			}
-			from = nil
-		}
-		if err := writeFilePatch(&out, tmp, c.Path, from, to); err != nil {
-			return nil, err
 		}
 	}
+	if len(left) > 0 {
+		return out.Bytes(), fmt.Errorf("%w: %s", ErrPatchIncomplete, strings.Join(quoteAll(left), ", "))
+	}
 	return out.Bytes(), nil
+}
+
+func (e *entry) size() int {
+	if e == nil {
+		return 0
+	}
+	return len(e.data)
+}
+
+func quoteAll(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = quotePath(p)
+	}
+	return out
 }
 
 // readEntry reads rel under root without following symlinks anywhere on the way.
@@ -125,7 +168,7 @@ func readEntry(root, rel string) (*entry, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, errors.New("not a regular file")
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxPatchFile+1))
+	data, err := io.ReadAll(io.LimitReader(f, int64(maxPatchFile)+1))
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +235,9 @@ func unifiedDiff(tmp, labelA, labelB string, a, b []byte) ([]byte, error) {
 	if err := os.WriteFile(pb, b, 0o600); err != nil {
 		return nil, err
 	}
-	out, err := exec.Command("diff", "-u", "--label", labelA, "--label", labelB, pa, pb).Output()
+	ctx, cancel := context.WithTimeout(context.Background(), diffTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "diff", "-u", "--label", labelA, "--label", labelB, pa, pb).Output()
 	var ee *exec.ExitError
 	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
 		return nil, fmt.Errorf("diff: %w", err)

@@ -122,8 +122,10 @@ func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
 // it returns the list taken at Close.
 func (s *Sandbox) Changes() ([]Change, error) { return s.inst.Changes() }
 
-// Patch is a unified diff from the host workspace to the copy-on-write view; call it before
-// Close.
+// Patch is a git-style diff from the host workspace to the copy-on-write view, for `git
+// apply`; call it before Close. When some changes cannot be carried (FIFOs, devices, very
+// large files) it returns the patch and an error wrapping ErrPatchIncomplete that names
+// them.
 func (s *Sandbox) Patch() ([]byte, error) { return s.inst.Patch() }
 
 // Close revokes the sandbox's credential leases, drops its listener and identity, kills

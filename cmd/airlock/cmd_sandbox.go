@@ -319,10 +319,17 @@ func checkWritable(path string) error {
 // are none).
 func writePatch(sb *sandbox.Sandbox, path string) error {
 	p, err := sb.Patch()
-	if err != nil {
+	if err != nil && !errors.Is(err, sandbox.ErrPatchIncomplete) {
 		return err
 	}
-	return os.WriteFile(path, p, 0o600)
+	if werr := os.WriteFile(path, p, 0o600); werr != nil {
+		return werr
+	}
+	if err != nil {
+		// The patch is written; what it could not carry is said, not lost silently.
+		fmt.Fprintf(os.Stderr, "airlock: --patch %s: %v\n", path, err)
+	}
+	return nil
 }
 
 // caBundle is the system roots plus airlock's CA: what a sandbox trusts.
