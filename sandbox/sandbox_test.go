@@ -334,8 +334,14 @@ func TestSandboxOutlivesTheThreadThatCreatedIt(t *testing.T) {
 // init does, with both holders; the command goes on.
 func TestInitIgnoresSignalsFromInside(t *testing.T) {
 	s := newSandbox(t, sandbox.Options{})
-	res := run(t, s, "for s in INT TERM HUP QUIT USR1 USR2; do kill -$s 1; done; sleep 0.2; echo still here")
+	res := run(t, s, "for s in INT TERM HUP QUIT USR1 USR2 ABRT TRAP SYS PIPE ALRM; do kill -$s 1; done; sleep 0.2; echo still here")
 	if string(res.Stdout) != "still here\n" || res.ExitCode != 0 {
 		t.Errorf("after signalling pid 1: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	// Nor can the command reach the init's descriptors (its status pipe among them).
+	// /proc shows the sandbox's PID namespace; the init is the shell's parent there.
+	res = run(t, s, `read -r pid comm state init rest < /proc/self/stat; echo "init $init"; ls -l /proc/$init/fd/ 2>&1; echo x > /proc/$init/fd/3 && echo WROTE`)
+	if strings.Contains(string(res.Stdout), "WROTE") {
+		t.Errorf("the command wrote to its init's status pipe: %q", res.Stdout)
 	}
 }

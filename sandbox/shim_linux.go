@@ -62,6 +62,15 @@ func runExec() error {
 		return err
 	}
 	// The command is forked, not exec'd into: this process stays as the namespace's init.
+	// As the C init, which installs no handler, it takes no action on any signal the
+	// sandbox may send pid 1 (the Go runtime would exit on SIGINT or SIGTERM and crash on
+	// SIGABRT, ending the command with it). Handled signals are reset by the command's
+	// exec. And it is not dumpable, so that the command cannot reach its descriptors
+	// through /proc/1/fd.
+	signal.Notify(make(chan os.Signal, 1))
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("set init not dumpable: %w", err)
+	}
 	syscall.CloseOnExec(execStatusFD)
 	child, err := syscall.ForkExec(path, cfg.Args, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
 	if err != nil {
@@ -80,9 +89,6 @@ const execStatusFD = 4
 // writing the command's raw wait status to execStatusFD first, since pid 1 cannot die of
 // a signal it sends itself.
 func beInit(child int) {
-	// As the C init, which installs no handler, ignore what the sandbox may send pid 1 (the
-	// Go runtime would otherwise exit on SIGINT or SIGTERM and end the command with it).
-	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	for _, f := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
 		f.Close()
 	}

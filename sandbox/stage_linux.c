@@ -610,6 +610,10 @@ static void command(struct runreq *r, int gate, int status, int in, int out, int
 	restrict_landlock(r->writable, r->nwritable);
 	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &sb.seccomp) < 0)
 		die("load seccomp filter", errno);
+	// The init is not dumpable, so that the command cannot reach its descriptors (the
+	// status pipe) through /proc/1/fd; exec makes the command dumpable again.
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		die("set init not dumpable", errno);
 	pid_t child = fork();
 	if (child < 0)
 		die("start command", errno);
