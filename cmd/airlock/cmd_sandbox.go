@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,8 +47,9 @@ a seccomp filter and cgroup limits. The environment is built, not inherited: pro
 variables, PATH, HOME, LANG and what --env adds. The proxy flags mean what they mean for
 'airlock proxy'; the shipped policy applies unless --policy says otherwise.
 
-Exits with CMD's exit status (124 on timeout; 130 or 143 when SIGINT or SIGTERM stopped
-airlock). On exit the sandbox's Vault leases are revoked and everything it made is removed.
+Exits with CMD's exit status (124 on timeout; 128+n when signal n, SIGINT, SIGTERM or
+SIGHUP, stopped airlock). On exit the sandbox's Vault leases are revoked and everything it
+made is removed.
 
 --backend kubernetes runs no proxy here: the sandbox is a Pod (with a NetworkPolicy and a
 Secret) whose only way out is the in-cluster proxy Deployment. Its credential is issued
@@ -76,15 +78,17 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 			if err != nil {
 				return err
 			}
-			return runSandbox(cmd, cfg, &sf, args)
+			// A closed terminal (SIGHUP) ends the run as SIGINT and SIGTERM do: the sandbox
+			// is destroyed and its leases revoked. (For 'airlock proxy' SIGHUP reloads.)
+			return onSignal(cmd, syscall.SIGHUP, func() error { return runSandbox(cmd, cfg, &sf, args) })
 		},
 	}
 	pf.bindCommon(run)
 	fl := run.Flags()
 	fl.StringVar(&sf.workspace, "workspace", "", "host directory mounted at /workspace: DIR, DIR:ro or DIR:cow (copy-on-write; the host copy stays untouched)")
-	fl.DurationVar(&sf.timeout, "timeout", 0, "wall-clock limit; the whole process tree is killed and airlock exits 124")
+	fl.DurationVar(&sf.timeout, "timeout", 0, "wall-clock limit; the whole process tree is killed and airlock exits 124 (0: none, whatever the config says)")
 	fl.StringVar(&sf.memory, "memory", "", "memory limit, e.g. 512M or 2G")
-	fl.Int64Var(&sf.pids, "pids", 0, "process limit")
+	fl.Int64Var(&sf.pids, "pids", 0, "process limit (the command's init counts as one)")
 	fl.Float64Var(&sf.cpus, "cpus", 0, "CPU limit in cores, e.g. 1.5")
 	fl.StringArrayVar(&sf.labels, "label", nil, "sandbox label K=V, seen by the policy as input.sandbox.labels (repeatable)")
 	fl.StringArrayVar(&sf.env, "env", nil, "environment variable K=V for the command (repeatable)")
@@ -118,7 +122,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return fmt.Errorf("--cpus %v: want a positive number of cores, e.g. 0.5 or 2", sf.cpus)
 	}
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env}
-	if sf.timeout > 0 {
+	if cmd.Flags().Changed("timeout") {
 		o.Timeout = sf.timeout
 	}
 	mem := cfg.Sandbox.Memory
@@ -158,6 +162,9 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 
 	if sf.patch != "" && o.WorkspaceMode != sandbox.WorkspaceCoW {
 		return fmt.Errorf("--patch needs a copy-on-write workspace (--workspace DIR:cow)")
+	}
+	if sf.patch != "" && sf.report != "" && filepath.Clean(sf.patch) == filepath.Clean(sf.report) {
+		return fmt.Errorf("--patch and --report name the same file %s", sf.report)
 	}
 	// Files written after the command must be writable before it runs: a report lost
 	// after a long run is a run lost.

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,7 +27,7 @@ func main() {
 	switch {
 	case errors.As(err, &ec):
 		os.Exit(int(ec))
-	case err != nil && errors.As(context.Cause(ctx), &se):
+	case err != nil && (errors.As(err, &se) || errors.As(context.Cause(ctx), &se)):
 		// Stopped by a signal: the command cleaned up (a sandbox is destroyed, its
 		// credentials revoked); exit as a shell reports a signal, 128+n.
 		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %v\n", se, err)
@@ -67,3 +68,39 @@ func signalContext(sigs ...os.Signal) (context.Context, func()) {
 type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// onSignal runs f with cmd's context cancelled by sig too; an error f returns after that
+// carries the signal (for main's 128+n exit).
+func onSignal(cmd *cobra.Command, sig syscall.Signal, f func() error) error {
+	ctx, cancel := context.WithCancelCause(cmd.Context())
+	defer cancel(nil)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sig)
+	defer signal.Stop(ch)
+	go func() {
+		select {
+		case <-ch:
+			cancel(signalError{sig})
+		case <-ctx.Done():
+		}
+	}()
+	parent := cmd.Context()
+	cmd.SetContext(ctx)
+	defer cmd.SetContext(parent)
+	err := f()
+	var se signalError
+	if err != nil && errors.As(context.Cause(ctx), &se) {
+		return stoppedBy{se, err}
+	}
+	return err
+}
+
+// stoppedBy is an error of a command stopped by a signal: its text is the command's, and
+// it matches both.
+type stoppedBy struct {
+	sig signalError
+	err error
+}
+
+func (e stoppedBy) Error() string   { return e.err.Error() }
+func (e stoppedBy) Unwrap() []error { return []error{e.sig, e.err} }

@@ -30,6 +30,7 @@ func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 		{[]string{"--report", "/nonexistent/r.json"}, "--report: cannot write /nonexistent/r.json"},
 		{[]string{"--report", os.TempDir()}, "is a directory"},
 		{[]string{"--patch", "/nonexistent/p.diff", "--workspace", ".:cow"}, "--patch: cannot write"},
+		{[]string{"--patch", "out.json", "--report", "./out.json", "--workspace", ".:cow"}, "name the same file"},
 	} {
 		root := newRoot()
 		args := append([]string{"sandbox", "run", "--config", cfg}, tt.flags...)

@@ -84,7 +84,7 @@ func processAlive(pid int, marker string) bool {
 	return err == nil && strings.Contains(string(b), marker)
 }
 
-// TestSignalStopsTheRunCleanly: SIGTERM or SIGINT to `airlock sandbox run` ends the
+// TestSignalStopsTheRunCleanly: SIGTERM, SIGINT or SIGHUP (a closed terminal) to `airlock sandbox run` ends the
 // sandboxed command, removes the sandbox (state, cgroups) before airlock exits, and airlock
 // exits as a shell reports the signal (128+n) saying what stopped it.
 func TestSignalStopsTheRunCleanly(t *testing.T) {
@@ -92,7 +92,7 @@ func TestSignalStopsTheRunCleanly(t *testing.T) {
 		t.Skip("needs root")
 	}
 	bin := airlockBinary(t)
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			cmd, pid, id, marker, stderr := startSleeper(t, bin, "signal")
 			if err := cmd.Process.Signal(sig); err != nil {
@@ -197,5 +197,41 @@ func TestNotRootSaysSo(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "native sandboxes need root") || !strings.Contains(string(out), "--backend docker") {
 		t.Errorf("output %q does not say native sandboxes need root and what else to use", out)
+	}
+}
+
+// TestTimeoutFlagOverridesConfig: --timeout 0 means no timeout even when the config sets
+// one (it used to fall back to the config), and without the flag the config's applies.
+func TestTimeoutFlagOverridesConfig(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	bin := airlockBinary(t)
+	home := t.TempDir()
+	cfg := filepath.Join(home, "airlock.yaml")
+	if err := os.WriteFile(cfg, []byte("sandbox:\n  timeout: 1s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		flags []string
+		want  int
+	}{
+		{nil, 124},
+		{[]string{"--timeout", "0"}, 0},
+	} {
+		args := append([]string{"sandbox", "run", "--config", cfg}, tt.flags...)
+		cmd := exec.Command(bin, append(args, "--", "sleep", "1.5")...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tt.want {
+			t.Errorf("sandbox run %v with config timeout 1s, sleep 1.5: exit %d, want %d\n%s", tt.flags, code, tt.want, out)
+		}
 	}
 }
