@@ -39,10 +39,11 @@ type Sandbox struct {
 	inst Instance
 	env  []string
 
-	mu     sync.Mutex
-	report Report
-	closed bool
-	err    error
+	mu        sync.Mutex
+	report    Report
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error // set once by the first Close
 }
 
 // New creates and starts a sandbox.
@@ -130,15 +131,17 @@ func (s *Sandbox) Patch() ([]byte, error) { return s.inst.Patch() }
 
 // Close revokes the sandbox's credential leases, drops its listener and identity, kills
 // every process in it and removes its namespaces, mounts, cgroups and directories. It is
-// idempotent: later calls return the first result.
+// idempotent: later calls, concurrent ones included, wait for the first to finish and
+// return its result.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return s.err
-	}
-	s.closed = true
+	s.closed = true // Run refuses from now on
 	s.mu.Unlock()
+	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
+	return s.closeErr
+}
+
+func (s *Sandbox) close(ctx context.Context) error {
 	var errs []error
 	if s.opts.Revoker != nil {
 		if err := s.opts.Revoker.RevokeSandbox(ctx, s.opts.ID); err != nil {
@@ -150,7 +153,6 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	errs = append(errs, err)
 	err = errors.Join(errs...)
 	s.mu.Lock()
-	s.err = err
 	s.report.End = time.Now()
 	s.report.Changes = changes
 	rep := s.report

@@ -32,10 +32,11 @@ type instance struct {
 	detach    []func()
 	token     bool // a proxy credential was issued
 
-	mu       sync.Mutex
-	closed   bool
-	closeErr error
-	dead     error // set when the container had to be killed
+	mu        sync.Mutex
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error // set once by the first Close
+	dead      error // set when the container had to be killed
 }
 
 var _ sandbox.Instance = (*instance)(nil)
@@ -153,13 +154,14 @@ func (in *instance) Patch() ([]byte, error) { return nil, nil }
 // network and its state directory. It is idempotent.
 func (in *instance) Close(ctx context.Context) error {
 	in.mu.Lock()
-	if in.closed {
-		in.mu.Unlock()
-		return in.closeErr
-	}
-	in.closed = true
+	in.closed = true // Run refuses from now on
 	in.mu.Unlock()
-	ctx = context.WithoutCancel(ctx)
+	// A concurrent Close waits for the first one's teardown and returns its error.
+	in.closeOnce.Do(func() { in.closeErr = in.close(context.WithoutCancel(ctx)) })
+	return in.closeErr
+}
+
+func (in *instance) close(ctx context.Context) error {
 	var errs []error
 	if in.token {
 		if err := in.b.opts.Tokens.RevokeToken(ctx, in.opts.ID); err != nil {
@@ -181,11 +183,7 @@ func (in *instance) Close(ctx context.Context) error {
 	if err := os.RemoveAll(in.dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
 	}
-	err := errors.Join(errs...)
-	in.mu.Lock()
-	in.closeErr = err
-	in.mu.Unlock()
-	return err
+	return errors.Join(errs...)
 }
 
 // ContainerID is the sandbox's container id ("" before it was created).

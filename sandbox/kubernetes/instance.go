@@ -24,9 +24,10 @@ type instance struct {
 	name  string
 	token bool
 
-	mu       sync.Mutex
-	closed   bool
-	closeErr error
+	mu        sync.Mutex
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error // set once by the first Close
 }
 
 var _ sandbox.Instance = (*instance)(nil)
@@ -176,13 +177,14 @@ func (in *instance) Patch() ([]byte, error) { return nil, nil }
 // policy last, so the pod is never unconfined). It is idempotent.
 func (in *instance) Close(ctx context.Context) error {
 	in.mu.Lock()
-	if in.closed {
-		in.mu.Unlock()
-		return in.closeErr
-	}
-	in.closed = true
+	in.closed = true // Run refuses from now on
 	in.mu.Unlock()
-	ctx = context.WithoutCancel(ctx)
+	// A concurrent Close waits for the first one's teardown and returns its error.
+	in.closeOnce.Do(func() { in.closeErr = in.close(context.WithoutCancel(ctx)) })
+	return in.closeErr
+}
+
+func (in *instance) close(ctx context.Context) error {
 	var errs []error
 	if in.token {
 		if err := in.b.opts.Tokens.RevokeToken(ctx, in.opts.ID); err != nil {
@@ -209,11 +211,7 @@ func (in *instance) Close(ctx context.Context) error {
 			errs = append(errs, in.waitGone(ctx))
 		}
 	}
-	err := errors.Join(errs...)
-	in.mu.Lock()
-	in.closeErr = err
-	in.mu.Unlock()
-	return err
+	return errors.Join(errs...)
 }
 
 // waitGone waits for the pod to be deleted, so that its policy outlives it.

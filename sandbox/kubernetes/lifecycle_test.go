@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -200,6 +201,43 @@ func TestRevokeFailureIsReported(t *testing.T) {
 	err = sb.Close(ctx)
 	if err == nil || !strings.Contains(err.Error(), "revoke proxy credential") {
 		t.Errorf("Close: %v, want the revoke error", err)
+	}
+	if got := objectsLeft(t, c); len(got) != 0 {
+		t.Errorf("left behind after Close: %v", got)
+	}
+}
+
+// TestConcurrentCloseWaitsForTheFirst: a Close that comes while another is tearing the
+// sandbox down returns only when the objects are gone (it used to return nil at once).
+func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
+	c := fakeCluster(t)
+	b := newTestBackend(t, Options{Client: c, Tokens: &tokens{}})
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-twice", Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	c.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		close(entered)
+		<-release
+		return false, nil, nil
+	})
+	first := make(chan error, 1)
+	go func() { first <- sb.Close(ctx) }()
+	<-entered
+	second := make(chan error, 1)
+	go func() { second <- sb.Close(ctx) }()
+	select {
+	case err := <-second:
+		t.Fatalf("second Close returned (%v) while the first was still deleting the pod", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Errorf("Close: %v", err)
+		}
 	}
 	if got := objectsLeft(t, c); len(got) != 0 {
 		t.Errorf("left behind after Close: %v", got)
