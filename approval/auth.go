@@ -3,8 +3,6 @@ package approval
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -22,15 +20,10 @@ func (s secretString) GoString() string           { return s.String() }
 
 func loadApprovers(cfgs []ApproverConfig) (*bearer.Set, error) {
 	entries := make([]bearer.Entry, len(cfgs))
-	for i, a := range cfgs {
-		entries[i] = bearer.Entry{Name: a.Name, File: a.TokenFile}
+	for i, c := range cfgs {
+		entries[i] = bearer.Entry{Name: c.Name, File: c.TokenFile}
 	}
-	set, err := bearer.Load(entries)
-	var le *bearer.LoadError
-	if errors.As(err, &le) {
-		return nil, fmt.Errorf("approvals.approvers[%d].token_file: %w", le.Index, le.Err)
-	}
-	return set, err
+	return bearer.Load("approvals.approvers", entries)
 }
 
 // authenticate returns the approver whose token is tok (compared in constant time).

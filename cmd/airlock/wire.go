@@ -236,12 +236,7 @@ func loadIssuers(cfgs []IssuerConfig) (*bearer.Set, error) {
 	for i, c := range cfgs {
 		entries[i] = bearer.Entry{Name: c.Name, File: c.TokenFile}
 	}
-	set, err := bearer.Load(entries)
-	var le *bearer.LoadError
-	if errors.As(err, &le) {
-		return nil, fmt.Errorf("proxy.issuers[%d].token_file: %w", le.Index, le.Err)
-	}
-	return set, err
+	return bearer.Load("proxy.issuers", entries)
 }
 
 func loadOrInitCA(cfg *Config, log *slog.Logger) (*ca.CA, error) {

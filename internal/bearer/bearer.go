@@ -28,31 +28,23 @@ type Set struct {
 }
 
 // Load reads each entry's file (surrounding white space is dropped). An error names the
-// entry by its index; the caller prefixes its config key.
-func Load(entries []Entry) (*Set, error) {
+// entry's config key: key[i].token_file, key being where the list sits in the config
+// (e.g. "approvals.approvers").
+func Load(key string, entries []Entry) (*Set, error) {
 	s := &Set{}
 	for i, e := range entries {
 		b, err := os.ReadFile(e.File)
 		if err != nil {
-			return nil, &LoadError{Index: i, Err: err}
+			return nil, fmt.Errorf("%s[%d].token_file: %w", key, i, err)
 		}
 		tok := strings.TrimSpace(string(b))
 		if len(tok) < MinLen {
-			return nil, &LoadError{Index: i, Err: fmt.Errorf("%s holds a token shorter than %d characters", e.File, MinLen)}
+			return nil, fmt.Errorf("%s[%d].token_file: %s holds a token shorter than %d characters", key, i, e.File, MinLen)
 		}
 		s.Add(e.Name, tok)
 	}
 	return s, nil
 }
-
-// LoadError is a token file that could not be used.
-type LoadError struct {
-	Index int
-	Err   error
-}
-
-func (e *LoadError) Error() string { return e.Err.Error() }
-func (e *LoadError) Unwrap() error { return e.Err }
 
 // Add adds a token under name.
 func (s *Set) Add(name, tok string) {

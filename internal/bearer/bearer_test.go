@@ -14,7 +14,7 @@ func TestLoadAndAuthenticate(t *testing.T) {
 	good, short := filepath.Join(dir, "good"), filepath.Join(dir, "short")
 	os.WriteFile(good, []byte("  a-token-of-enough-length \n"), 0o600)
 	os.WriteFile(short, []byte("short\n"), 0o600)
-	s, err := Load([]Entry{{Name: "ci", File: good}})
+	s, err := Load("k", []Entry{{Name: "ci", File: good}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,12 +26,11 @@ func TestLoadAndAuthenticate(t *testing.T) {
 			t.Errorf("Authenticate(%q) accepted", tok)
 		}
 	}
-	var le *LoadError
-	if _, err := Load([]Entry{{Name: "a", File: good}, {Name: "b", File: short}}); !errors.As(err, &le) || le.Index != 1 || !strings.Contains(err.Error(), "shorter") {
-		t.Errorf("Load with a short token: %v, want a LoadError for entry 1", err)
+	if _, err := Load("k", []Entry{{Name: "a", File: good}, {Name: "b", File: short}}); err == nil || !strings.HasPrefix(err.Error(), "k[1].token_file: ") || !strings.Contains(err.Error(), "shorter") {
+		t.Errorf("Load with a short token: %v, want an error naming k[1].token_file", err)
 	}
-	if _, err := Load([]Entry{{Name: "a", File: filepath.Join(dir, "none")}}); !errors.As(err, &le) || le.Index != 0 {
-		t.Errorf("Load with a missing file: %v, want a LoadError for entry 0", err)
+	if _, err := Load("k", []Entry{{Name: "a", File: filepath.Join(dir, "none")}}); !errors.Is(err, os.ErrNotExist) || !strings.HasPrefix(err.Error(), "k[0].token_file: ") {
+		t.Errorf("Load with a missing file: %v, want an error naming k[0].token_file", err)
 	}
 	var zero *Set
 	if _, ok := zero.Authenticate("a-token-of-enough-length"); ok || zero.Len() != 0 {
