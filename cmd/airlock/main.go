@@ -19,7 +19,7 @@ var version = "dev"
 
 func main() {
 	reexec()
-	ctx, stop := signalContext(os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	var ec exitCode
@@ -43,21 +43,19 @@ type signalError struct{ sig syscall.Signal }
 
 func (e signalError) Error() string { return "signal " + unix.SignalName(e.sig) }
 
-// signalContext is cancelled, with a signalError cause, by the first of sigs; a second
-// signal gets the default action (an impatient operator can still kill airlock).
-func signalContext(sigs ...os.Signal) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(context.Background())
+// signalContext is parent cancelled, with a signalError cause, by the first of sigs; a
+// second signal gets the default action (an impatient operator can still kill airlock).
+func signalContext(parent context.Context, sigs ...syscall.Signal) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, sigs...)
+	for _, sig := range sigs {
+		signal.Notify(ch, sig)
+	}
 	go func() {
 		select {
 		case s := <-ch:
 			signal.Stop(ch)
-			if sig, ok := s.(syscall.Signal); ok {
-				cancel(signalError{sig})
-			} else {
-				cancel(nil)
-			}
+			cancel(signalError{s.(syscall.Signal)})
 		case <-ctx.Done():
 		}
 	}()
@@ -72,18 +70,8 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) 
 // onSignal runs f with cmd's context cancelled by sig too; an error f returns after that
 // carries the signal (for main's 128+n exit).
 func onSignal(cmd *cobra.Command, sig syscall.Signal, f func() error) error {
-	ctx, cancel := context.WithCancelCause(cmd.Context())
-	defer cancel(nil)
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, sig)
-	defer signal.Stop(ch)
-	go func() {
-		select {
-		case <-ch:
-			cancel(signalError{sig})
-		case <-ctx.Done():
-		}
-	}()
+	ctx, stop := signalContext(cmd.Context(), sig)
+	defer stop()
 	parent := cmd.Context()
 	cmd.SetContext(ctx)
 	defer cmd.SetContext(parent)
