@@ -76,25 +76,18 @@ func changesOf(upper, lower string) ([]Change, error) {
 // directory mirrors them), and a host symlink on the way must not take the listing out of
 // the workspace.
 func lstatBeneath(root, rel string) (fs.FileInfo, bool) {
-	dir, base := filepath.Split(rel)
-	if dir != "" {
-		// The host side does not change under the sandbox, so checking the way once and
-		// then using the path is enough.
-		rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, false
-		}
-		fd, err := unix.Openat2(rfd, dir, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		unix.Close(rfd)
-		if err != nil {
-			return nil, false
-		}
-		unix.Close(fd)
+	// The host side does not change under the sandbox, so checking the way once and then
+	// using the path is enough.
+	dir := filepath.Dir(rel)
+	if dir == "." {
+		dir = ""
 	}
-	fi, err := os.Lstat(filepath.Join(root, dir, base))
+	fd, err := openDirBeneath(root, dir)
+	if err != nil {
+		return nil, false
+	}
+	unix.Close(fd)
+	fi, err := os.Lstat(filepath.Join(root, rel))
 	return fi, err == nil
 }
 

@@ -123,23 +123,12 @@ func quoteAll(paths []string) []string {
 
 // readEntry reads rel under root without following symlinks anywhere on the way.
 func readEntry(root, rel string) (*entry, error) {
-	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(rootFD)
 	dir, base := filepath.Split(rel)
-	dirFD := rootFD
-	if dir != "" {
-		dirFD, err = unix.Openat2(rootFD, dir, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("open directory: %w", err)
-		}
-		defer unix.Close(dirFD)
+	dirFD, err := openDirBeneath(root, dir)
+	if err != nil {
+		return nil, fmt.Errorf("open directory: %w", err)
 	}
+	defer unix.Close(dirFD)
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirFD, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, err
@@ -180,6 +169,20 @@ func readEntry(root, rel string) (*entry, error) {
 		mode = "100755"
 	}
 	return &entry{mode: mode, data: data}, nil
+}
+
+// openDirBeneath opens dir (relative, "" for root itself) as an O_PATH descriptor, refusing
+// any symlink on the way and any way out of root.
+func openDirBeneath(root, dir string) (int, error) {
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil || dir == "" {
+		return rootFD, err
+	}
+	defer unix.Close(rootFD)
+	return unix.Openat2(rootFD, dir, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
 }
 
 // writeFilePatch writes one file's section; a nil side is absent (an addition or deletion).
