@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
@@ -120,6 +121,11 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return fmt.Errorf("--pids %d: want a positive number of processes", sf.pids)
 	case math.IsNaN(sf.cpus) || math.IsInf(sf.cpus, 0) || sf.cpus < 0 || cmd.Flags().Changed("cpus") && sf.cpus == 0:
 		return fmt.Errorf("--cpus %v: want a positive number of cores, e.g. 0.5 or 2", sf.cpus)
+	}
+	if cmd.Flags().Changed("id") {
+		if err := identity.CheckID(sf.id); err != nil {
+			return fmt.Errorf("--id: %w", err)
+		}
 	}
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env}
 	if cmd.Flags().Changed("timeout") {
