@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/sandbox"
@@ -227,7 +227,8 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 		s.proxy.AddSelf(ln.Addr())
-		srv := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.cfg.AdminListen = sf.adminListen // the admin API answers to its name
+		srv := admin.NewServer(s.adminHandler(), admin.ServerLimits{})
 		go srv.Serve(ln)
 		defer srv.Close()
 	}
