@@ -29,7 +29,7 @@ const (
 // Options describe a sandbox. The zero value (plus nothing) is a sandbox with no workspace,
 // no network (no Proxy), the host's root read-only, and default limits.
 type Options struct {
-	ID     string            // unique id; generated ("sbx-" + random hex) when empty
+	ID     string            // unique id (identity.CheckID: lower-case); generated ("sbx-" + hex) when empty
 	Labels map[string]string // identity labels handed to the proxy
 	// PolicyRevision is copied into the run report.
 	PolicyRevision string

@@ -97,7 +97,7 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends)")
 	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
 	fl.StringVar(&sf.patch, "patch", "", "with --workspace DIR:cow, write the sandbox's changes to this file as a git-style patch (apply with 'git apply')")
-	fl.StringVar(&sf.id, "id", "", "sandbox id (default: generated)")
+	fl.StringVar(&sf.id, "id", "", "sandbox id: lower-case letters, digits and - (default: generated)")
 	fl.StringVar(&sf.adminListen, "admin-listen", "", "also serve the admin API (approvals page, metrics) on this address while the sandbox runs")
 	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
 	sb.AddCommand(run)
