@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -207,5 +209,42 @@ func TestAdminAnswersItsNames(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
 		}
+	}
+}
+
+// TestPrintedErrorsRedacted: a credential source or store whose URL carries a user, a
+// password or a token fails at start, and what airlock prints names the key and the host
+// but none of them.
+func TestPrintedErrorsRedacted(t *testing.T) {
+	home := t.TempDir()
+	sid := filepath.Join(home, "secret-id")
+	if err := os.WriteFile(sid, []byte("CANARYSECRETID"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"vault address": "vault: {address: \"http://CANARYUSER:CANARYPASS@127.0.0.1:1/?token=CANARYTOKEN\", auth: {method: approle, role_id: r, secret_id_file: " + sid + "}}\n" +
+			"credentials:\n  c: {vault: {path: secret/data/x}, inject: {header: X-K, value: \"{{ .data.data.k }}\"}}\n",
+		"approvals store": "approvals: {store: \"postgres://CANARYUSER:CANARYPASS@127.0.0.1:1/db?sslmode=disable&password=CANARYTOKEN\"}\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg, _, err := loadWithFlags(t, "--config", writeConfig(t, "home: "+home+"\naudit_log: \"-\"\n"+body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			_, err = build(context.Background(), cfg, newLogger(cfg, &logs))
+			if err == nil {
+				t.Fatal("build succeeded against an unreachable service")
+			}
+			out := errorText(err)
+			if !strings.Contains(out, "127.0.0.1:1") {
+				t.Errorf("printed error %q: want the address still named", out)
+			}
+			for _, c := range []string{"CANARYUSER", "CANARYPASS", "CANARYTOKEN", "CANARYSECRETID"} {
+				if strings.Contains(out, c) || strings.Contains(logs.String(), c) {
+					t.Errorf("%s shown: error %q, log %s", c, out, logs.String())
+				}
+			}
+		})
 	}
 }

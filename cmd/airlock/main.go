@@ -32,14 +32,17 @@ func main() {
 	case err != nil && (errors.As(err, &se) || errors.As(context.Cause(ctx), &se)):
 		// Stopped by a signal: the command cleaned up (a sandbox is destroyed, its
 		// credentials revoked); exit as a shell reports a signal, 128+n.
-		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %s\n", se, redact.Text(err.Error()))
+		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %s\n", se, errorText(err))
 		os.Exit(128 + int(se.sig))
 	case err != nil:
-		// An error may quote a config value (a URL with a token): redact it.
-		fmt.Fprintln(os.Stderr, "airlock:", redact.Text(err.Error()))
+		fmt.Fprintln(os.Stderr, "airlock:", errorText(err))
 		os.Exit(1)
 	}
 }
+
+// errorText is what main prints for err: an error may quote a config value (a URL with a
+// user or a token, a database URL with a password), so it is redacted.
+func errorText(err error) string { return redact.Text(err.Error()) }
 
 // signalError is the cause of a context cancelled by a signal.
 type signalError struct{ sig syscall.Signal }

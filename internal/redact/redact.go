@@ -76,8 +76,9 @@ func query(raw string) string {
 	return b.String()
 }
 
-// credentialWords end the names of parameters that hold credentials.
-const credentialWords = `(?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|signature|sig|auth|authorization|credential)s?`
+// credentialWords end the names of parameters that hold credentials (a user name too: a
+// URL's user is often a token, and a database error quotes the DSN's user= this way).
+const credentialWords = `(?:user|username|password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|signature|sig|auth|authorization|credential)s?`
 
 var (
 	// urlInText is a URL with a scheme in free text, up to a space, quote or bracket that
@@ -85,7 +86,7 @@ var (
 	urlInText = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s"'<>` + "`" + `]+`)
 	// credentialPair is name=value where the name says it is a credential, as in a
 	// PostgreSQL keyword DSN ("host=db password=...") or a query string.
-	credentialPair = regexp.MustCompile(`(?i)\b([a-z0-9_.-]*?` + credentialWords + `)=("[^"]*"|'[^']*'|[^\s&,;"']*)`)
+	credentialPair = regexp.MustCompile(`(?i)\b([a-z0-9_.-]*?` + credentialWords + `)=("[^"]*"|'[^']*'|[^\s&,;"'` + "`" + `]*)`)
 	// authHeader is an Authorization or Proxy-Authorization header quoted in text.
 	authHeader = regexp.MustCompile(`(?i)\b((?:proxy-)?authorization:\s*)((?:bearer|basic|token|negotiate|digest)\s+)?[^\s,;"']+`)
 )
