@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/airlock-proxy/airlock/internal/bearer"
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // Check is one readiness check: nil when ready.
@@ -37,13 +38,25 @@ type Options struct {
 	Logger *slog.Logger
 	// Mount adds routes (approvals) to the router.
 	Mount []func(chi.Router)
+	// Hosts are the names, besides IP addresses and localhost, that requests may carry as
+	// Host (admin.hosts, and the listen address's name): any other gets 421, which defeats
+	// DNS rebinding from an operator's browser.
+	Hosts []string
+	// MaxBodyBytes bounds every request body (413 beyond); default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
 }
 
 // New returns the admin router.
 func New(o Options) http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
+	r.Use(newHostGuard(o.Hosts).middleware)
 	r.Use(refuseProxied)
+	maxBody := o.MaxBodyBytes
+	if maxBody <= 0 {
+		maxBody = DefaultMaxBodyBytes
+	}
+	r.Use(limitBody(maxBody))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -54,7 +67,7 @@ func New(o Options) http.Handler {
 		status := http.StatusOK
 		for name, check := range o.Ready {
 			if err := check(ctx); err != nil {
-				out[name] = err.Error()
+				out[name] = redact.Text(err.Error())
 				status = http.StatusServiceUnavailable
 			} else {
 				out[name] = "ok"

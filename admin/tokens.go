@@ -97,8 +97,22 @@ func (h *tokenAPI) requireIssuer(next http.Handler) http.Handler {
 	})
 }
 
-func (h *tokenAPI) issue(w http.ResponseWriter, r *http.Request) {
+// sandboxID is the {id} of the path, checked by the one rule for ids (400 otherwise):
+// "SBX-A" is not another spelling of "sbx-a".
+func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := chi.URLParam(r, "id")
+	if err := identity.CheckID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return "", false
+	}
+	return id, true
+}
+
+func (h *tokenAPI) issue(w http.ResponseWriter, r *http.Request) {
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
 	var req IssueRequest
 	if r.ContentLength != 0 {
 		if ct := r.Header.Get("Content-Type"); ct != "" {
@@ -138,7 +152,10 @@ func (h *tokenAPI) issue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *tokenAPI) revoke(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
+	id, ok := sandboxID(w, r)
+	if !ok {
+		return
+	}
 	if err := h.creds.RevokeToken(r.Context(), id); err != nil {
 		h.fail(w, r, "revoke", id, err)
 		return

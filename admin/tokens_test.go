@@ -93,6 +93,10 @@ func TestTokenAPIRefuses(t *testing.T) {
 		{"no issuers configured", "POST", none.URL + "/v1/sandboxes/sbx-1/token", bearerOK, "", "", 403, "no credential issuers"},
 		{"id with a colon", "POST", srv.URL + "/v1/sandboxes/a:b/token", bearerOK, "", "", 400, "sandbox id"},
 		{"id default", "POST", srv.URL + "/v1/sandboxes/default/token", bearerOK, "", "", 400, "without a credential"},
+		{"upper-case id", "POST", srv.URL + "/v1/sandboxes/SBX-1/token", bearerOK, "", "", 400, "lower-case"},
+		{"upper-case id on revoke", "DELETE", srv.URL + "/v1/sandboxes/SBX-1/token", bearerOK, "", "", 400, "lower-case"},
+		{"escaped id", "POST", srv.URL + "/v1/sandboxes/sbx%2D1/token", bearerOK, "", "", 400, "sandbox id"},
+		{"id with '_'", "DELETE", srv.URL + "/v1/sandboxes/sbx_1/token", bearerOK, "", "", 400, "lower-case"},
 		{"bad label key", "POST", u, bearerOK, "application/json", `{"labels": {"a b": "c"}}`, 400, "label key"},
 		{"label not a string", "POST", u, bearerOK, "application/json", `{"labels": {"a": 1}}`, 400, "request body"},
 		{"unknown field", "POST", u, bearerOK, "application/json", `{"label": {"a": "b"}}`, 400, "unknown field"},
@@ -153,6 +157,12 @@ func TestClientIssueRevoke(t *testing.T) {
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Status != 409 || !strings.Contains(err.Error(), "revoked") {
 		t.Errorf("reissue of a revoked id: %v, want a 409 saying it was revoked", err)
+	}
+	// Nor under another spelling: ids have one.
+	for _, id := range []string{"SBX-1", "Sbx-1", "sbx-1 "} {
+		if _, err = c.IssueToken(ctx, proxyIdentity(id, nil)); !errors.As(err, &ae) || ae.Status != 400 {
+			t.Errorf("issue %q after revoking sbx-1: %v, want 400", id, err)
+		}
 	}
 	bad := &Client{BaseURL: srv.URL, Token: "not-the-issuer-token-at-all"}
 	if _, err := bad.IssueToken(ctx, proxyIdentity("sbx-3", nil)); !errors.As(err, &ae) || ae.Status != 403 {

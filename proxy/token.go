@@ -90,19 +90,15 @@ var ErrSandboxRevoked = errors.New("sandbox id was revoked")
 // refused (503), never let through unchecked.
 var errCredentialUnchecked = errors.New("proxy credential could not be checked against the revocation list")
 
-var sandboxIDPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
 var labelKeyPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_./-]*$`)
 
 // CheckIdentity refuses sandbox ids and labels the proxy does not issue credentials for:
-// the id as the sandbox module accepts it (1-63 letters, digits, '_', '.', '-'; not
-// "default"), at most 32 labels with keys of letters, digits, '_', '.', '/', '-' (up to 63)
-// and values of up to 256 printable characters.
+// the id by identity.CheckID (1-63 lower-case letters, digits, '-'; not "default"), at
+// most 32 labels with keys of letters, digits, '_', '.', '/', '-' (up to 63) and values of
+// up to 256 printable characters.
 func CheckIdentity(id identity.Identity) error {
-	if !sandboxIDPattern.MatchString(id.ID) {
-		return &TokenError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("sandbox id %q: want 1-63 letters, digits, '_', '.' or '-', starting with a letter or digit", id.ID)}
-	}
-	if id.ID == identity.DefaultID {
-		return &TokenError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("sandbox id %q is the identity of requests without a credential; pick another", id.ID)}
+	if err := checkSandboxID(id.ID); err != nil {
+		return err
 	}
 	if len(id.Labels) > maxLabels {
 		return &TokenError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("%d labels: at most %d", len(id.Labels), maxLabels)}
@@ -114,6 +110,14 @@ func CheckIdentity(id identity.Identity) error {
 		if len(v) > maxLabelValue || strings.IndexFunc(v, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 			return &TokenError{Status: http.StatusBadRequest, Msg: fmt.Sprintf("label %s: value must be at most %d printable characters", k, maxLabelValue)}
 		}
+	}
+	return nil
+}
+
+// checkSandboxID is identity.CheckID as a 400 TokenError.
+func checkSandboxID(id string) error {
+	if err := identity.CheckID(id); err != nil {
+		return &TokenError{Status: http.StatusBadRequest, Msg: "proxy credential", Err: err}
 	}
 	return nil
 }
@@ -223,14 +227,16 @@ func (p *Proxy) IssueTokenFor(ctx context.Context, id identity.Identity, ttl tim
 // revocation list within TokenOptions.RevocationCache.
 func (p *Proxy) RevokeToken(ctx context.Context, sandboxID string) error {
 	t := &p.tokens
+	// An id no credential can have been issued for is a mistake (a second spelling of a
+	// real id): say so rather than revoke nothing.
+	if err := checkSandboxID(sandboxID); err != nil {
+		return err
+	}
 	if !t.signed() {
 		t.mu.Lock()
 		delete(t.byID, sandboxID)
 		t.mu.Unlock()
 		return nil
-	}
-	if sandboxID == "" {
-		return &TokenError{Status: http.StatusBadRequest, Msg: "revoke proxy credential: empty sandbox id"}
 	}
 	// Until every credential issued so far has expired (the hour covers clocks that
 	// disagree between replicas, and replicas configured with a longer TTL during a change).

@@ -211,6 +211,11 @@ func TestCheckIdentity(t *testing.T) {
 		{identity.Identity{ID: "a:b"}, "sandbox id"},
 		{identity.Identity{ID: "-x"}, "sandbox id"},
 		{identity.Identity{ID: "default"}, "without a credential"},
+		{identity.Identity{ID: "SBX-A"}, "lower-case"},
+		{identity.Identity{ID: "sbx_a"}, "lower-case"},
+		{identity.Identity{ID: "sbx.a"}, "lower-case"},
+		{identity.Identity{ID: strings.Repeat("a", 64)}, "at most 63"},
+		{identity.Identity{ID: strings.Repeat("a", 63)}, ""},
 		{identity.Identity{ID: "sbx", Labels: map[string]string{"": "v"}}, "label key"},
 		{identity.Identity{ID: "sbx", Labels: map[string]string{"a b": "v"}}, "label key"},
 		{identity.Identity{ID: "sbx", Labels: map[string]string{"k": long}}, "printable"},
@@ -224,5 +229,31 @@ func TestCheckIdentity(t *testing.T) {
 		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
 			t.Errorf("CheckIdentity(%+v) = %v, want an error mentioning %q", tt.id, err, tt.want)
 		}
+	}
+}
+
+// TestSandboxIDHasOneSpelling: after "sbx-a" is revoked, no other spelling of it gets a
+// credential, and issue and revoke refuse every id the one rule refuses, in both modes.
+func TestSandboxIDHasOneSpelling(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: time.Now()}
+	for name, e := range map[string]*env{"signed": signedEnv(t, openStore(t), clk, keyA), "in memory": newEnv(t)} {
+		t.Run(name, func(t *testing.T) {
+			mustIssue(t, e.proxy, identity.Identity{ID: "sbx-a"})
+			if err := e.proxy.RevokeToken(ctx, "sbx-a"); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"SBX-A", "Sbx-a", "sbx-A", "sbx_a", "sbx.a", "sbx-a ", " sbx-a", "sbx-a\n", "\u0455bx-a", "sbx\u2010a", "-sbx-a", ""} {
+				_, _, err := e.proxy.IssueTokenFor(ctx, identity.Identity{ID: id}, 0)
+				var te *TokenError
+				if !errors.As(err, &te) || te.HTTPStatus() != http.StatusBadRequest || !errors.Is(err, identity.ErrInvalidID) {
+					t.Errorf("issue %q: %v, want a 400 TokenError wrapping identity.ErrInvalidID", id, err)
+				}
+				err = e.proxy.RevokeToken(ctx, id)
+				if !errors.As(err, &te) || te.HTTPStatus() != http.StatusBadRequest || !errors.Is(err, identity.ErrInvalidID) {
+					t.Errorf("revoke %q: %v, want a 400 TokenError wrapping identity.ErrInvalidID", id, err)
+				}
+			}
+		})
 	}
 }

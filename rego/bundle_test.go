@@ -22,7 +22,7 @@ import (
 
 // makeBundle builds an OPA bundle tarball with OPA's own writer: one policy whose decision
 // names rule, data, and optionally a signature made with key.
-func makeBundle(t *testing.T, revision, rule string, key *rsa.PrivateKey) []byte {
+func makeBundle(t testing.TB, revision, rule string, key *rsa.PrivateKey) []byte {
 	t.Helper()
 	src := "package airlock\n\ndecision := {\"action\": \"allow\", \"rule\": \"" + rule + "\", \"reason\": data.note}\n"
 	b := bundle.Bundle{
@@ -98,7 +98,7 @@ func TestBundleURLPolling(t *testing.T) {
 	var mu sync.Mutex
 	current, etag := makeBundle(t, "rev-1", "b.one", nil), `"1"`
 	fetches, notModified := 0, 0
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		fetches++
@@ -112,7 +112,7 @@ func TestBundleURLPolling(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	e, err := New(context.Background(), Options{Bundle: srv.URL + "/bundle.tar.gz", Poll: 10 * time.Millisecond, Timeout: testEvalTimeout})
+	e, err := New(context.Background(), Options{Bundle: srv.URL + "/bundle.tar.gz", HTTPClient: srv.Client(), Poll: 10 * time.Millisecond, Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +137,9 @@ func TestBundleURLPolling(t *testing.T) {
 }
 
 func TestBundleURLErrors(t *testing.T) {
-	srv := httptest.NewServer(http.NotFoundHandler())
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
-	_, err := New(context.Background(), Options{Bundle: srv.URL + "/missing.tar.gz"})
+	_, err := New(context.Background(), Options{Bundle: srv.URL + "/missing.tar.gz", HTTPClient: srv.Client()})
 	if err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("New error %v, want one naming the 404", err)
 	}

@@ -39,6 +39,14 @@ type Options struct {
 	Bundle string
 	// BundleVerification, when set, requires the bundle to be signed with this key.
 	BundleVerification *BundleVerification
+	// AllowInsecureHTTP lets an unsigned bundle be fetched over plain http:// (with a
+	// warning); without it, New refuses such a URL (ErrInsecureBundleURL).
+	AllowInsecureHTTP bool
+	// MaxBundleBytes bounds a bundle: its file, its uncompressed tar stream and so every
+	// file in it; default DefaultMaxBundleBytes. MaxBundleFiles bounds its entries;
+	// default DefaultMaxBundleFiles. Over either, the bundle is refused (ErrBundleTooLarge).
+	MaxBundleBytes int64
+	MaxBundleFiles int
 	// Poll is how often Watch re-reads a bundle (file or URL); default DefaultPoll.
 	Poll time.Duration
 	// Timeout bounds each evaluation; default DefaultTimeout. A timed-out evaluation denies.
@@ -82,8 +90,14 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 	if o.Dir != "" && o.Bundle != "" {
 		return nil, errors.New("policy: set a directory or a bundle, not both")
 	}
-	if o.Timeout < 0 || o.Poll < 0 {
-		return nil, errors.New("policy: timeout and poll interval must not be negative")
+	if o.Timeout < 0 || o.Poll < 0 || o.MaxBundleBytes < 0 || o.MaxBundleFiles < 0 {
+		return nil, errors.New("policy: timeout, poll interval and bundle bounds must not be negative")
+	}
+	if o.MaxBundleBytes == 0 {
+		o.MaxBundleBytes = DefaultMaxBundleBytes
+	}
+	if o.MaxBundleFiles == 0 {
+		o.MaxBundleFiles = DefaultMaxBundleFiles
 	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
@@ -99,6 +113,15 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{opts: o, log: log.With("component", "policy")}
+	if isURL(o.Bundle) {
+		if err := e.checkBundleTransport(o.Bundle); err != nil {
+			return nil, err
+		}
+		if insecureBundleURL(o.Bundle) && o.BundleVerification == nil {
+			e.log.Warn("loading an unsigned policy bundle over plain http (policy_options.allow_insecure_http): anyone on the network path can replace the policy",
+				"bundle", e.bundleName())
+		}
+	}
 	src, err := e.fetch(ctx)
 	if err != nil {
 		return nil, err

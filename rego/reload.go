@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // debounce is how long Watch waits after the last change in a policy directory before it
@@ -46,6 +48,7 @@ func (e *Engine) Reload(ctx context.Context) error {
 		snap, err = load(ctx, src)
 	}
 	if err != nil {
+		err = redact.Error(err)
 		e.setError(err)
 		e.log.Error("policy reload refused; keeping the last good policy", "revision", cur.revision, "err", err)
 		return fmt.Errorf("reload policy (keeping revision %s): %w", cur.revision, err)
@@ -66,7 +69,7 @@ func (e *Engine) setError(err error) {
 		e.lastErr, e.lastErrTime = "", time.Time{}
 		return
 	}
-	e.lastErr, e.lastErrTime = err.Error(), time.Now()
+	e.lastErr, e.lastErrTime = redact.Text(err.Error()), time.Now()
 }
 
 // Watch reloads the policy when it changes, until ctx is done: a policy directory is watched

@@ -10,9 +10,10 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/identity"
 )
 
 // WorkspaceMode says how the workspace directory is mounted.
@@ -28,7 +29,7 @@ const (
 // Options describe a sandbox. The zero value (plus nothing) is a sandbox with no workspace,
 // no network (no Proxy), the host's root read-only, and default limits.
 type Options struct {
-	ID     string            // unique id; generated ("sbx-" + random hex) when empty
+	ID     string            // unique id (identity.CheckID: lower-case); generated ("sbx-" + hex) when empty
 	Labels map[string]string // identity labels handed to the proxy
 	// PolicyRevision is copied into the run report.
 	PolicyRevision string
@@ -70,8 +71,6 @@ const (
 	ExitTimeout        = 124
 )
 
-var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-
 // withDefaults validates o and fills in defaults.
 func (o Options) withDefaults() (Options, error) {
 	if o.ID == "" {
@@ -81,8 +80,8 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		o.ID = "sbx-" + hex.EncodeToString(b[:])
 	}
-	if !idPattern.MatchString(o.ID) {
-		return o, fmt.Errorf("sandbox id %q: want 1-63 letters, digits, '_', '.' or '-'", o.ID)
+	if err := identity.CheckID(o.ID); err != nil {
+		return o, err
 	}
 	if o.WorkspaceMode == "" {
 		o.WorkspaceMode = WorkspaceRW

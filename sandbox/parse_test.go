@@ -3,6 +3,7 @@ package sandbox
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,6 +67,13 @@ func TestOptionsValidation(t *testing.T) {
 		o    Options
 	}{
 		{"bad id", Options{ID: "../x"}},
+		// One rule for ids (identity.CheckID): one spelling, no upper case.
+		{"upper-case id", Options{ID: "SBX-A"}},
+		{"mixed-case id", Options{ID: "Sbx-a"}},
+		{"id with '_'", Options{ID: "sbx_a"}},
+		{"id with '.'", Options{ID: "sbx.a"}},
+		{"id of 64 bytes", Options{ID: strings.Repeat("a", 64)}},
+		{"the default identity", Options{ID: "default"}},
 		{"bad mode", Options{WorkspaceMode: "rwx"}},
 		{"negative memory", Options{Memory: -1}},
 		{"negative pids", Options{Pids: -1}},

@@ -25,9 +25,18 @@ const (
 	MetricAuditErrors        = "airlock.audit.errors"           // counter
 )
 
-// MaxHostLabels bounds the distinct server.address values of airlock.requests.denied; later
-// hosts are counted as "other", so a sandbox probing random names cannot blow up the series.
-const MaxHostLabels = 200
+// MaxHostLabels bounds the distinct server.address values of airlock.requests.denied, and
+// MaxHostLabelsPerSandbox how many of them one sandbox may claim: a host beyond either is
+// counted as "other". A sandbox probing random names therefore cannot blow up the series,
+// and cannot use up the labels either: it gets its share, and the hosts other sandboxes
+// are denied keep their own label. A host that has a label keeps it for every sandbox.
+const (
+	MaxHostLabels           = 200
+	MaxHostLabelsPerSandbox = 20
+)
+
+// OtherHost is the server.address of denied hosts that got no label of their own.
+const OtherHost = "other"
 
 var (
 	fastBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
@@ -41,13 +50,14 @@ type Metrics struct {
 	reqDur, policyDur, approvalWait    metric.Float64Histogram
 	pending, sandboxes, conns          metric.Int64UpDownCounter
 
-	mu    sync.Mutex
-	hosts map[string]struct{}
+	mu        sync.Mutex
+	hosts     map[string]struct{} // hosts with their own label
+	claimedBy map[string]int      // sandbox id → labels it claimed (at most MaxHostLabels entries)
 }
 
 // NewMetrics creates the instruments on a meter.
 func NewMetrics(m metric.Meter) (*Metrics, error) {
-	x := &Metrics{hosts: make(map[string]struct{})}
+	x := &Metrics{hosts: make(map[string]struct{}), claimedBy: make(map[string]int)}
 	var err error
 	counter := func(name, desc, unit string) metric.Int64Counter {
 		c, e := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
@@ -100,21 +110,24 @@ func (m *Metrics) RequestDone(ctx context.Context, f RequestFacts) {
 		attribute.String("decision", dec), attribute.String("phase", f.Phase)))
 	if dec == "deny" || dec == "would_deny" {
 		m.denied.Add(ctx, 1, metric.WithAttributes(
-			attribute.String("server.address", m.hostLabel(f.Host)), attribute.String("rule", f.Rule)))
+			attribute.String("server.address", m.hostLabel(f.SandboxID, f.Host)), attribute.String("rule", f.Rule)))
 	}
 }
 
-func (m *Metrics) hostLabel(h string) string {
+// hostLabel is the server.address label for host denied to sandbox: the host itself if it
+// has a label or may claim one (within both bounds), else OtherHost.
+func (m *Metrics) hostLabel(sandbox, host string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.hosts[h]; ok {
-		return h
+	if _, ok := m.hosts[host]; ok {
+		return host
 	}
-	if len(m.hosts) >= MaxHostLabels {
-		return "other"
+	if len(m.hosts) >= MaxHostLabels || m.claimedBy[sandbox] >= MaxHostLabelsPerSandbox {
+		return OtherHost
 	}
-	m.hosts[h] = struct{}{}
-	return h
+	m.hosts[host] = struct{}{}
+	m.claimedBy[sandbox]++
+	return host
 }
 
 // PolicyEval records one policy evaluation; failed is true when it returned an error.

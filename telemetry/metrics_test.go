@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -121,21 +123,54 @@ func TestMetricsAttributes(t *testing.T) {
 
 func TestDeniedHostLabelsAreBounded(t *testing.T) {
 	m, rd := manualMetrics(t)
+	// Many sandboxes, each within its share, fill the labels; later hosts are "other".
+	perSandbox := MaxHostLabelsPerSandbox / 2
 	for i := range MaxHostLabels + 50 {
-		m.RequestDone(context.Background(), RequestFacts{Decision: "deny", Rule: "default", Host: fmt.Sprintf("h%d.example", i)})
+		m.RequestDone(context.Background(), RequestFacts{SandboxID: fmt.Sprintf("sbx-%d", i/perSandbox), Decision: "deny", Rule: "default", Host: fmt.Sprintf("h%d.example", i)})
 	}
 	got := points(t, rd)
-	series := 0
-	for k := range got {
-		if strings.HasPrefix(k, MetricRequestsDenied+"{") {
-			series++
-		}
-	}
-	if series != MaxHostLabels+1 {
-		t.Errorf("got %d denied series, want %d (the cap plus other)", series, MaxHostLabels+1)
+	if n := deniedSeries(got, ""); n != MaxHostLabels+1 {
+		t.Errorf("got %d denied series, want %d (the cap plus other)", n, MaxHostLabels+1)
 	}
 	if got["airlock.requests.denied{rule=default,server.address=other}"] != 50 {
 		t.Errorf("got %v in other, want 50", got["airlock.requests.denied{rule=default,server.address=other}"])
+	}
+}
+
+// deniedSeries counts the airlock.requests.denied series whose labels contain filter.
+func deniedSeries(got map[string]float64, filter string) int {
+	n := 0
+	for k := range got {
+		if strings.HasPrefix(k, MetricRequestsDenied+"{") && strings.Contains(k, filter) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDeniedHostLabelsPerSandbox: one sandbox cycling through a thousand random names
+// gets its share of labels and no more; another sandbox's real denied host still gets its
+// own label afterwards, and a host that has a label keeps it for everyone.
+func TestDeniedHostLabelsPerSandbox(t *testing.T) {
+	m, rd := manualMetrics(t)
+	ctx := context.Background()
+	var b [8]byte
+	for range 1000 {
+		_, _ = rand.Read(b[:])
+		m.RequestDone(ctx, RequestFacts{SandboxID: "sbx-evil", Decision: "deny", Rule: "default", Host: hex.EncodeToString(b[:]) + ".example"})
+	}
+	m.RequestDone(ctx, RequestFacts{SandboxID: "sbx-good", Decision: "deny", Rule: "default", Host: "real.example"})
+	// The probing sandbox reaches a host that has a label: it is counted under that label.
+	m.RequestDone(ctx, RequestFacts{SandboxID: "sbx-evil", Decision: "would_deny", Rule: "default", Host: "real.example"})
+	got := points(t, rd)
+	if n := deniedSeries(got, ".example"); n != MaxHostLabelsPerSandbox+1 {
+		t.Errorf("got %d host series, want the probing sandbox's share %d plus real.example", n, MaxHostLabelsPerSandbox)
+	}
+	if v := got["airlock.requests.denied{rule=default,server.address=real.example}"]; v != 2 {
+		t.Errorf("real.example counted %v, want 2 under its own label", v)
+	}
+	if v := got["airlock.requests.denied{rule=default,server.address=other}"]; v != 1000-MaxHostLabelsPerSandbox {
+		t.Errorf("other counted %v, want %d", v, 1000-MaxHostLabelsPerSandbox)
 	}
 }
 

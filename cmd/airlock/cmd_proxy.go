@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -94,7 +95,7 @@ func runProxy(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return fmt.Errorf("admin_listen: %w", err)
 	}
 	s.proxy.AddSelf(adminLn.Addr())
-	adminSrv := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	adminSrv := admin.NewServer(s.adminHandler(), admin.ServerLimits{})
 
 	watchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -167,8 +168,19 @@ func (s *stack) adminHandler() http.Handler {
 		Credentials:  s.proxy,
 		Issuers:      s.issuers,
 		Logger:       s.log,
+		Hosts:        append(slices.Clone(s.cfg.Admin.Hosts), listenHost(s.cfg.AdminListen)),
+		MaxBodyBytes: s.cfg.Admin.MaxBodyBytes,
 		Mount: []func(chi.Router){func(r chi.Router) {
 			s.approvals.Routes(r)
 		}},
 	})
+}
+
+// listenHost is the host part of a listen address ("localhost" of "localhost:9090").
+func listenHost(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	return h
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -16,7 +15,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
@@ -96,7 +97,7 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends)")
 	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
 	fl.StringVar(&sf.patch, "patch", "", "with --workspace DIR:cow, write the sandbox's changes to this file as a git-style patch (apply with 'git apply')")
-	fl.StringVar(&sf.id, "id", "", "sandbox id (default: generated)")
+	fl.StringVar(&sf.id, "id", "", "sandbox id: lower-case letters, digits and - (default: generated)")
 	fl.StringVar(&sf.adminListen, "admin-listen", "", "also serve the admin API (approvals page, metrics) on this address while the sandbox runs")
 	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
 	sb.AddCommand(run)
@@ -120,6 +121,11 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return fmt.Errorf("--pids %d: want a positive number of processes", sf.pids)
 	case math.IsNaN(sf.cpus) || math.IsInf(sf.cpus, 0) || sf.cpus < 0 || cmd.Flags().Changed("cpus") && sf.cpus == 0:
 		return fmt.Errorf("--cpus %v: want a positive number of cores, e.g. 0.5 or 2", sf.cpus)
+	}
+	if cmd.Flags().Changed("id") {
+		if err := identity.CheckID(sf.id); err != nil {
+			return fmt.Errorf("--id: %w", err)
+		}
 	}
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env}
 	if cmd.Flags().Changed("timeout") {
@@ -221,7 +227,8 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 		s.proxy.AddSelf(ln.Addr())
-		srv := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.cfg.AdminListen = sf.adminListen // the admin API answers to its name
+		srv := admin.NewServer(s.adminHandler(), admin.ServerLimits{})
 		go srv.Serve(ln)
 		defer srv.Close()
 	}

@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/airlock-proxy/airlock/approval"
+	"github.com/airlock-proxy/airlock/internal/redact"
 	"github.com/airlock-proxy/airlock/secrets"
 )
 
@@ -24,6 +25,7 @@ type Config struct {
 	Home         string                              `yaml:"home"`         // $AIRLOCK_HOME: CA, approval db, default audit log
 	Listen       []string                            `yaml:"listen"`       // proxy listeners (shared; identity by credential)
 	AdminListen  string                              `yaml:"admin_listen"` // admin API: health, metrics, approvals
+	Admin        AdminConfig                         `yaml:"admin"`        // Host names and body bound of the admin API
 	Policy       string                              `yaml:"policy"`       // directory, bundle .tar.gz, or bundle URL; "" = shipped
 	PolicyConfig PolicyConfig                        `yaml:"policy_options"`
 	ReportOnly   bool                                `yaml:"report_only"`   // rollout: denied requests pass as would_deny
@@ -72,6 +74,23 @@ type PolicyConfig struct {
 	Timeout         time.Duration `yaml:"timeout"`           // per evaluation; default 250ms
 	Poll            time.Duration `yaml:"poll"`              // bundle polling; default 1m
 	BundlePublicKey string        `yaml:"bundle_public_key"` // PEM file: bundles must be signed
+	// AllowInsecureHTTP lets an unsigned bundle load from a plain http:// URL (anyone on the
+	// path could replace the policy); without it such a URL is refused.
+	AllowInsecureHTTP bool `yaml:"allow_insecure_http"`
+	// MaxBundleBytes bounds a bundle, compressed and uncompressed (default 64 MiB);
+	// MaxBundleFiles the files in it (default 10000).
+	MaxBundleBytes int64 `yaml:"max_bundle_bytes"`
+	MaxBundleFiles int   `yaml:"max_bundle_files"`
+}
+
+// AdminConfig protects the admin listener.
+type AdminConfig struct {
+	// Hosts are the names the admin API answers to besides IP addresses, localhost and the
+	// name in admin_listen: the names clients use to reach it (a Service's DNS names).
+	// Requests with any other Host get 421, which defeats DNS rebinding.
+	Hosts []string `yaml:"hosts"`
+	// MaxBodyBytes bounds every request body on the admin API; default 1 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 }
 
 // AuditConfig tunes the hash-chained audit log (audit.Options).
@@ -170,6 +189,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("sandbox.backend: %q: want native, docker or kubernetes", c.Sandbox.Backend)
 	}
 	if err := c.Proxy.validate(); err != nil {
+		return err
+	}
+	if err := c.Admin.validate(); err != nil {
+		return err
+	}
+	if err := c.validatePolicy(); err != nil {
 		return err
 	}
 	if err := c.Sandbox.Kubernetes.validate(); err != nil {
@@ -352,6 +377,37 @@ func (p ProxyConfig) validate() error {
 			return fmt.Errorf("%s.token_file: required", key)
 		}
 		seen[is.Name] = true
+	}
+	return nil
+}
+
+// hostName is a DNS name (labels of letters, digits and '-'), optionally ending in '.'.
+var hostName = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$`)
+
+func (a AdminConfig) validate() error {
+	for i, h := range a.Hosts {
+		if !hostName.MatchString(h) || len(h) > 253 {
+			return fmt.Errorf("admin.hosts[%d]: %q: want a host name such as airlock-admin.airlock.svc (no scheme, port, path or wildcard)", i, h)
+		}
+	}
+	if a.MaxBodyBytes < 0 {
+		return fmt.Errorf("admin.max_body_bytes: must not be negative, got %d", a.MaxBodyBytes)
+	}
+	return nil
+}
+
+// validatePolicy refuses what rego.New would, naming the keys: an unsigned bundle over
+// plain http without the opt-in, and negative bounds.
+func (c *Config) validatePolicy() error {
+	p := c.PolicyConfig
+	switch {
+	case p.MaxBundleBytes < 0:
+		return fmt.Errorf("policy_options.max_bundle_bytes: must not be negative, got %d", p.MaxBundleBytes)
+	case p.MaxBundleFiles < 0:
+		return fmt.Errorf("policy_options.max_bundle_files: must not be negative, got %d", p.MaxBundleFiles)
+	case strings.HasPrefix(strings.ToLower(c.Policy), "http://") && p.BundlePublicKey == "" && !p.AllowInsecureHTTP:
+		return fmt.Errorf("policy: %s is plain http and bundles need no signature, so anyone on the network path could replace the policy: "+
+			"use https, set policy_options.bundle_public_key, or accept the risk with policy_options.allow_insecure_http: true", redact.URL(c.Policy))
 	}
 	return nil
 }

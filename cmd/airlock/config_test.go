@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,5 +105,17 @@ func TestKubernetesManifestConfigLoads(t *testing.T) {
 			t.Errorf("deploy/kubernetes airlock.yaml: proxy.token_key_file %q, %d issuers; want both for several replicas", cfg.Proxy.TokenKeyFile, len(cfg.Proxy.Issuers))
 		}
 		return
+	}
+}
+
+// TestComposeConfigLoads: deploy/airlock.yaml (docker-compose.yml's config) loads, and the
+// admin API answers to the compose service's name.
+func TestComposeConfigLoads(t *testing.T) {
+	cfg, _, err := loadWithFlags(t, "--config", "../../deploy/airlock.yaml")
+	if err != nil {
+		t.Fatalf("deploy/airlock.yaml: %v", err)
+	}
+	if !slices.Contains(cfg.Admin.Hosts, "airlock") {
+		t.Errorf("deploy/airlock.yaml admin.hosts %v: want the compose service name airlock", cfg.Admin.Hosts)
 	}
 }

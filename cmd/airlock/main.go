@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -30,13 +32,17 @@ func main() {
 	case err != nil && (errors.As(err, &se) || errors.As(context.Cause(ctx), &se)):
 		// Stopped by a signal: the command cleaned up (a sandbox is destroyed, its
 		// credentials revoked); exit as a shell reports a signal, 128+n.
-		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %v\n", se, err)
+		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %s\n", se, errorText(err))
 		os.Exit(128 + int(se.sig))
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "airlock:", err)
+		fmt.Fprintln(os.Stderr, "airlock:", errorText(err))
 		os.Exit(1)
 	}
 }
+
+// errorText is what main prints for err: an error may quote a config value (a URL with a
+// user or a token, a database URL with a password), so it is redacted.
+func errorText(err error) string { return redact.Text(err.Error()) }
 
 // signalError is the cause of a context cancelled by a signal.
 type signalError struct{ sig syscall.Signal }

@@ -23,6 +23,11 @@ func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 		{[]string{"--cpus", "NaN"}, "--cpus NaN"},
 		{[]string{"--cpus", "+Inf"}, "--cpus +Inf"},
 		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
+		// Sandbox ids have one spelling (identity.CheckID).
+		{[]string{"--id", "SBX-A"}, "--id: invalid sandbox id \"SBX-A\""},
+		{[]string{"--id", "sbx_a"}, "--id: invalid sandbox id"},
+		{[]string{"--id", ""}, "--id: invalid sandbox id: empty"},
+		{[]string{"--id", "default"}, "--id: invalid sandbox id \"default\""},
 		{[]string{"--memory", "-5M"}, "--memory"},
 		{[]string{"--patch", "p.diff"}, "--patch needs a copy-on-write workspace"},
 		{[]string{"--patch", "p.diff", "--workspace", "."}, "--patch needs a copy-on-write workspace"},

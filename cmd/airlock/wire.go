@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/bearer"
+	"github.com/airlock-proxy/airlock/internal/redact"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
@@ -41,7 +42,9 @@ type stack struct {
 func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(cfg.Log.Level))
-	o := &slog.HandlerOptions{Level: lvl}
+	// Every line goes through redact: a config value (a bundle URL with a token, a
+	// database URL with a password) quoted in a message or an error never reaches the log.
+	o := &slog.HandlerOptions{Level: lvl, ReplaceAttr: redact.Attr}
 	if cfg.Log.Format == "text" {
 		return slog.New(telemetry.NewTraceHandler(slog.NewTextHandler(w, o)))
 	}
@@ -49,11 +52,13 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 }
 
 func policyOptions(cfg *Config, log *slog.Logger) rego.Options {
-	o := rego.Options{Timeout: cfg.PolicyConfig.Timeout, Poll: cfg.PolicyConfig.Poll, Logger: log}
+	pc := cfg.PolicyConfig
+	o := rego.Options{Timeout: pc.Timeout, Poll: pc.Poll, Logger: log,
+		AllowInsecureHTTP: pc.AllowInsecureHTTP, MaxBundleBytes: pc.MaxBundleBytes, MaxBundleFiles: pc.MaxBundleFiles}
 	p := cfg.Policy
 	switch {
 	case p == "":
-	case strings.HasPrefix(p, "http://") || strings.HasPrefix(p, "https://") || strings.HasSuffix(p, ".tar.gz") || strings.HasSuffix(p, ".tgz"):
+	case strings.HasPrefix(strings.ToLower(p), "http://") || strings.HasPrefix(strings.ToLower(p), "https://") || strings.HasSuffix(p, ".tar.gz") || strings.HasSuffix(p, ".tgz"):
 		o.Bundle = p
 	default:
 		o.Dir = p

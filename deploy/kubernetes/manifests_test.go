@@ -153,6 +153,16 @@ func TestManifestsHangTogether(t *testing.T) {
 	if !strings.Contains(cfg, "require_auth: true") {
 		t.Errorf("airlock.yaml: want require_auth: true (sandboxes identify by credential)")
 	}
+	// The admin API answers only to listed names (DNS rebinding): every name of the admin
+	// Service that clients in the cluster use must be there.
+	adminSvc := objs["Service/airlock/airlock-admin"].(*corev1.Service)
+	hosts := adminHosts(t, cfg)
+	for _, name := range []string{adminSvc.Name, adminSvc.Name + "." + adminSvc.Namespace, adminSvc.Name + "." + adminSvc.Namespace + ".svc",
+		adminSvc.Name + "." + adminSvc.Namespace + ".svc.cluster.local"} {
+		if !slices.Contains(hosts, name) {
+			t.Errorf("airlock.yaml admin.hosts %v lacks %s: clients using that name would get 421", hosts, name)
+		}
+	}
 	pol := objs["ConfigMap/airlock/airlock-policy"].(*corev1.ConfigMap).Data
 	if !strings.Contains(pol["policy.rego"], "package airlock") {
 		t.Errorf("policy ConfigMap has no Rego package airlock")
@@ -178,6 +188,20 @@ func TestManifestsHangTogether(t *testing.T) {
 			}
 		}
 	}
+}
+
+// adminHosts returns admin.hosts of an airlock.yaml.
+func adminHosts(t *testing.T, cfg string) []string {
+	t.Helper()
+	var c struct {
+		Admin struct {
+			Hosts []string `json:"hosts"`
+		} `json:"admin"`
+	}
+	if err := utilyaml.Unmarshal([]byte(cfg), &c); err != nil {
+		t.Fatalf("airlock.yaml: %v", err)
+	}
+	return c.Admin.Hosts
 }
 
 // stripComments drops comment lines, to spot documents that are only comments.

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/sandbox"
 )
 
@@ -24,8 +25,12 @@ const (
 
 var nameID = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,53}[a-z0-9])?$`)
 
-// checkID refuses sandbox ids that are not valid in object names.
+// checkID refuses sandbox ids that are not valid in object names: the one rule of
+// identity.CheckID, shorter (object names add a prefix) and ending in a letter or digit.
 func checkID(id string) error {
+	if err := identity.CheckID(id); err != nil {
+		return err
+	}
 	if !nameID.MatchString(id) {
 		return fmt.Errorf("sandbox id %q: the kubernetes backend needs 1-55 lower-case letters, digits or '-'", id)
 	}
