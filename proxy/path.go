@@ -72,9 +72,6 @@ func canonicalPathEscapes(s string) (string, error) {
 			}
 			c = unhex(s[i+1])<<4 | unhex(s[i+2])
 			i += 2
-			if c == 0 {
-				return "", fmt.Errorf("path %q contains %%00, at which some servers cut it short", s)
-			}
 			if isUnreserved(c) {
 				b.WriteByte(c)
 			} else {
@@ -84,6 +81,9 @@ func canonicalPathEscapes(s string) (string, error) {
 			b.WriteByte(c)
 		default:
 			writeEscaped(&b, c)
+		}
+		if c == 0 {
+			return "", fmt.Errorf("path %q contains %%00, at which some servers cut it short", s)
 		}
 		ascii = ascii && c < utf8.RuneSelf
 	}
@@ -117,7 +117,7 @@ func writeEscaped(b *strings.Builder, c byte) {
 // isPathRaw reports the characters besides the unreserved ones that stand raw in a
 // normalised path: RFC 3986's sub-delims but ';', and ':', '@' and '/'.
 func isPathRaw(c byte) bool {
-	return c != 0 && strings.IndexByte("!$&'()*+,=:@/", c) >= 0
+	return strings.IndexByte("!$&'()*+,=:@/", c) >= 0
 }
 
 // hidesDotSegment reports whether a segment is a dot segment once %2F or %5C in it is read as
