@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"unicode/utf8"
@@ -40,15 +41,8 @@ type requestTarget struct {
 	query []queryPair // in the order sent
 }
 
-// targetError is a request target the proxy refuses; its text is for the agent.
-type targetError struct{ msg string }
-
-func (e *targetError) Error() string { return e.msg }
-
-func targetErr(msg string) error { return &targetError{msg: msg} }
-
 // parseTarget parses r's request target as the client sent it (RequestURI), or, for a
-// request built in process, as its URL renders it.
+// request built in process, as its URL renders it. An error's text is for the agent.
 func parseTarget(r *http.Request) (requestTarget, error) {
 	raw := r.RequestURI
 	if raw == "" && r.URL != nil {
@@ -73,13 +67,13 @@ func parseTarget(r *http.Request) (requestTarget, error) {
 // at its first '/' or '?', as in net/url (which gives the host).
 func splitTarget(raw string) (path, query string, err error) {
 	if strings.IndexByte(raw, '#') >= 0 {
-		return "", "", targetErr("the request target contains '#': a fragment is never sent to a server; remove it, or send a literal '#' as %23")
+		return "", "", errors.New("the request target contains '#': a fragment is never sent to a server; remove it, or send a literal '#' as %23")
 	}
 	rest := raw
 	if !strings.HasPrefix(raw, "/") && raw != "*" {
 		i := strings.Index(raw, "://")
 		if i <= 0 {
-			return "", "", targetErr("the request target is neither a path (/...) nor an absolute http(s) URL")
+			return "", "", errors.New("the request target is neither a path (/...) nor an absolute http(s) URL")
 		}
 		rest = raw[i+3:]
 		end := strings.IndexAny(rest, "/?")
@@ -99,7 +93,7 @@ func parseQuery(raw string) ([]queryPair, error) {
 		return nil, nil
 	}
 	if strings.IndexByte(raw, ';') >= 0 {
-		return nil, targetErr("the query contains ';', which some servers read as a separator like '&' and others as data; send a literal ';' as %3B")
+		return nil, errors.New("the query contains ';', which some servers read as a separator like '&' and others as data; send a literal ';' as %3B")
 	}
 	var pairs []queryPair
 	for part := range strings.SplitSeq(raw, "&") {
@@ -110,18 +104,18 @@ func parseQuery(raw string) ([]queryPair, error) {
 		name, why := unescapeQuery(rawName)
 		switch {
 		case why != "":
-			return nil, targetErr("a query parameter name " + why)
+			return nil, errors.New("a query parameter name " + why)
 		case name == "":
-			return nil, targetErr("the query has a parameter with an empty name ('=' first, as in '?=x'), which some servers drop and others keep")
+			return nil, errors.New("the query has a parameter with an empty name ('=' first, as in '?=x'), which some servers drop and others keep")
 		case hasControl(name):
-			return nil, targetErr("the query parameter name " + quoteName(name) + " contains a control character")
+			return nil, errors.New("the query parameter name " + quoteName(name) + " contains a control character")
 		}
 		value, why := unescapeQuery(rawValue)
 		switch {
 		case why != "":
-			return nil, targetErr("the value of query parameter " + quoteName(name) + " " + why)
+			return nil, errors.New("the value of query parameter " + quoteName(name) + " " + why)
 		case strings.IndexByte(value, 0) >= 0:
-			return nil, targetErr("the value of query parameter " + quoteName(name) + " contains %00, at which some servers cut it short")
+			return nil, errors.New("the value of query parameter " + quoteName(name) + " contains %00, at which some servers cut it short")
 		}
 		pairs = append(pairs, queryPair{name: name, value: value})
 	}
