@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -26,6 +28,9 @@ var requestSeeds = []string{
 	"CONNECT forbidden.test:443 HTTP/1.1\r\nHost: upstream.test:443\r\n\r\n",
 	"POST http://upstream.test/write HTTP/1.1\r\nHost: upstream.test\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n",
 	"GET http://upstream.test/public/a%0d%0aX-Injected:%201 HTTP/1.1\r\nHost: upstream.test\r\nX-Folded: a\r\n b\r\n\r\n",
+	"GET http://upstream.test/public/a?x=1;admin=true HTTP/1.1\r\nHost: upstream.test\r\n\r\n",
+	"GET http://upstream.test/public/a?a=1%03force%04true&b=+%2B&&c HTTP/1.1\r\nHost: upstream.test\r\n\r\n",
+	"GET /public/..%2Fadmin?a=%zz#f HTTP/1.1\r\nHost: upstream.test\r\n\r\n",
 }
 
 // FuzzRequestInput: whatever request a client sends, what the policy sees is normalised
@@ -84,6 +89,12 @@ func FuzzRequestInput(f *testing.F) {
 		}
 		if r.URL.EscapedPath() != tg.path && !(tg.path == "/" && r.URL.EscapedPath() == "") {
 			t.Fatalf("sent path %q, policy saw %q", r.URL.EscapedPath(), tg.path)
+		}
+		if r.URL.RawQuery != encodeQuery(tg.query) || r.URL.ForceQuery || r.URL.Opaque != "" {
+			t.Fatalf("sent query %q, policy saw %q", r.URL.RawQuery, in.Request.Query)
+		}
+		if q, err := url.ParseQuery(r.URL.RawQuery); err != nil || len(q)+len(in.Request.Query) > 0 && !reflect.DeepEqual(map[string][]string(q), in.Request.Query) {
+			t.Fatalf("sent query %q reads as %q (%v), policy saw %q", r.URL.RawQuery, q, err, in.Request.Query)
 		}
 		if _, err := json.Marshal(in); err != nil {
 			t.Fatalf("input does not marshal: %v", err)

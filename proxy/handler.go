@@ -263,7 +263,8 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	return r, nil
 }
 
-// resolveTarget normalises the destination and path, and refuses host confusion: inside a
+// resolveTarget normalises the destination, path and query (parseTarget), rewrites r.URL to
+// exactly that, and refuses host confusion: inside a
 // tunnel the Host header must name the CONNECT target; in absolute form the URL's host is
 // the target and the Host header is replaced (RFC 9112 §3.2.2).
 func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
@@ -305,11 +306,11 @@ func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
 		}
 		t.host, t.port = h, port
 	}
-	path, err := NormalizePath(r.URL.EscapedPath())
+	rt, err := parseTarget(r)
 	if err != nil {
 		return target{scheme: t.scheme, host: t.host, port: t.port}, &refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol", reason: err.Error(), class: "bad_request"}
 	}
-	t.path = path
+	t.path, t.query = rt.path, rt.query
 	// What is dialled and sent is exactly what the policy sees.
 	if t.port == defPort {
 		r.URL.Host = bracket(t.host)
@@ -317,9 +318,11 @@ func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
 		r.URL.Host = joinHostPort(t.host, t.port)
 	}
 	r.Host = ""
-	if err := setEscapedPath(r, path); err != nil {
+	if err := setEscapedPath(r, t.path); err != nil {
 		return bad(err.Error())
 	}
+	r.URL.RawQuery = encodeQuery(t.query)
+	r.URL.Opaque, r.URL.ForceQuery, r.URL.Fragment, r.URL.RawFragment = "", false, "", ""
 	return t, nil
 }
 

@@ -24,6 +24,7 @@ type target struct {
 	host   string // normalised
 	port   int
 	path   string // normalised, escaped form
+	query  []queryPair
 }
 
 func sandboxInput(id identity.Identity) rego.SandboxInput {
@@ -50,10 +51,6 @@ func requestInput(id identity.Identity, r *http.Request, t target) *rego.Input {
 			headers[strings.ToLower(k)] = v
 		}
 	}
-	var query map[string][]string
-	if r.URL.RawQuery != "" {
-		query = r.URL.Query()
-	}
 	return &rego.Input{
 		Version: rego.InputVersion,
 		Phase:   rego.PhaseRequest,
@@ -64,7 +61,7 @@ func requestInput(id identity.Identity, r *http.Request, t target) *rego.Input {
 			Host:    t.host,
 			Port:    t.port,
 			Path:    t.path,
-			Query:   query,
+			Query:   queryMap(t.query),
 			Headers: headers,
 		},
 	}

@@ -1,8 +1,9 @@
 package rego
 
 import (
-	"sort"
-	"strconv"
+	"crypto/sha256"
+	"encoding/binary"
+	"slices"
 	"strings"
 	"sync"
 
@@ -12,25 +13,36 @@ import (
 // maxCached bounds the decision cache; when full it is emptied and refilled.
 const maxCached = 4096
 
-// decisionCache remembers decisions of a deterministic policy by the input fields it can
-// read (the query only when the policy reads it). It belongs to one compiled snapshot, so a
-// reload starts with an empty cache. A policy that reads headers (they vary per client), or
-// calls a non-deterministic builtin (time, http.send, random...), is not cached.
+// decisionCache remembers decisions of a deterministic policy by the input it saw. It belongs
+// to one compiled snapshot, so a reload starts with an empty cache. A policy that reads headers
+// (they vary per client), or calls a non-deterministic builtin (time, http.send, random...),
+// is not cached.
+//
+// The key is the SHA-256 of a canonical, length-prefixed encoding of every input field the
+// policy can read (the query only when the policy refers to it, as inputValue builds it). The
+// encoding is injective: two inputs share a key only if the policy would see the same
+// document, or SHA-256 collides. TestCacheKeyCoversEveryInputField fails when a field is
+// added to the input document but not to the key.
 type decisionCache struct {
 	mu sync.RWMutex
-	m  map[string]Decision
+	m  map[cacheKey]Decision
 
-	query bool // the policy reads the query: it is part of the key
+	use inputUse // what the key includes besides the fields every input has
 }
+
+// cacheKey is the SHA-256 of an input's canonical encoding: fixed-size whatever the input
+// holds, and collision resistant against a client that chooses the inputs (unlike a fast
+// seeded hash such as maphash, whose 64 bits a client sending many requests could collide).
+type cacheKey [sha256.Size]byte
 
 func newDecisionCache(c *ast.Compiler, use inputUse) *decisionCache {
 	if use.headers || callsNondeterministic(c) {
 		return nil
 	}
-	return &decisionCache{m: make(map[string]Decision, 256), query: use.query}
+	return &decisionCache{m: make(map[cacheKey]Decision, 256), use: use}
 }
 
-func (dc *decisionCache) get(key string) (Decision, bool) {
+func (dc *decisionCache) get(key cacheKey) (Decision, bool) {
 	if dc == nil {
 		return Decision{}, false
 	}
@@ -40,7 +52,7 @@ func (dc *decisionCache) get(key string) (Decision, bool) {
 	return d, ok
 }
 
-func (dc *decisionCache) put(key string, d Decision) {
+func (dc *decisionCache) put(key cacheKey, d Decision) {
 	if dc == nil {
 		return
 	}
@@ -52,44 +64,77 @@ func (dc *decisionCache) put(key string, d Decision) {
 	dc.mu.Unlock()
 }
 
-// key covers every input field a cacheable policy can read.
-func (dc *decisionCache) key(in *Input) string {
-	var b strings.Builder
-	b.Grow(64 + len(in.Request.Host) + len(in.Request.Path))
-	b.WriteString(strconv.Itoa(in.Version))
-	for _, s := range []string{string(in.Phase), in.Sandbox.ID, in.Request.Method, in.Request.Scheme, in.Request.Host, strconv.Itoa(in.Request.Port), in.Request.Path} {
-		b.WriteByte(0)
-		b.WriteString(s)
+// key is the cache key of in.
+func (dc *decisionCache) key(in *Input) cacheKey {
+	var buf [512]byte // most inputs fit: no allocation
+	return sha256.Sum256(canonicalInput(buf[:0], in, dc.use))
+}
+
+// canonicalInput appends an injective encoding of the input document inputValue builds for
+// use: every string is its length then its bytes, every map its size then its entries in
+// sorted key order, every list its length then its elements, always in the same field order.
+// No byte a string may hold can end it early or pass for a separator, so inputs the policy
+// would see differently never encode alike. A field that inputValue leaves out when empty
+// (scheme, path, query, headers) encodes as empty, so absent and empty share a key, as they
+// share a document.
+func canonicalInput(b []byte, in *Input, use inputUse) []byte {
+	b = binary.AppendVarint(b, int64(in.Version))
+	b = appendString(b, string(in.Phase))
+	b = appendString(b, in.Sandbox.ID)
+	b = appendLabels(b, in.Sandbox.Labels)
+	r := &in.Request
+	b = appendString(b, r.Method)
+	b = appendString(b, r.Scheme)
+	b = appendString(b, r.Host)
+	b = binary.AppendVarint(b, int64(r.Port))
+	b = appendString(b, r.Path)
+	var query, headers map[string][]string
+	if use.query {
+		query = r.Query
 	}
-	if len(in.Sandbox.Labels) > 0 {
-		keys := make([]string, 0, len(in.Sandbox.Labels))
-		for k := range in.Sandbox.Labels {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			b.WriteByte(1)
-			b.WriteString(k)
-			b.WriteByte(2)
-			b.WriteString(in.Sandbox.Labels[k])
+	if use.headers {
+		headers = r.Headers
+	}
+	b = appendMultiValue(b, query)
+	b = appendMultiValue(b, headers)
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func appendLabels(b []byte, m map[string]string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	for _, k := range sortedKeys(m) {
+		b = appendString(appendString(b, k), m[k])
+	}
+	return b
+}
+
+func appendMultiValue(b []byte, m map[string][]string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	for _, k := range sortedKeys(m) {
+		b = appendString(b, k)
+		vs := m[k]
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendString(b, v)
 		}
 	}
-	if dc.query && len(in.Request.Query) > 0 {
-		keys := make([]string, 0, len(in.Request.Query))
-		for k := range in.Request.Query {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			b.WriteByte(3)
-			b.WriteString(k)
-			for _, v := range in.Request.Query[k] {
-				b.WriteByte(4)
-				b.WriteString(v)
-			}
-		}
+	return b
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	if len(m) == 0 {
+		return nil
 	}
-	return b.String()
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // callsNondeterministic reports whether any rule calls a builtin whose result may change

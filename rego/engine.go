@@ -178,8 +178,9 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 		return Decision{}, "", fmt.Errorf("evaluate policy: %w", err)
 	}
 	snap := e.cur.Load()
-	var key string
-	if snap.cache != nil && !explain {
+	var key cacheKey
+	cached := snap.cache != nil && !explain
+	if cached {
 		key = snap.cache.key(in)
 		if d, ok := snap.cache.get(key); ok {
 			return d, "", nil
@@ -240,7 +241,7 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 	if err != nil {
 		e.log.Warn("policy returned a malformed decision; denied", "revision", snap.revision, "rule", d.Rule, "err", err)
 	}
-	if key != "" {
+	if cached {
 		snap.cache.put(key, d)
 	}
 	return d, trace, nil

@@ -65,10 +65,21 @@ say "load harness, tiny settings (the README's table comes from the full run)"
 go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/
 
 say "fuzzing, briefly"
-for t in "FuzzNormalizeHost ./proxy" "FuzzNormalizePath ./proxy" "FuzzRequestInput ./proxy" \
-	"FuzzRemoveHopHeaders ./proxy" "FuzzScrub ./secrets" "FuzzRedactQuery ./audit" \
-	"FuzzParseInputJSON ./rego" "FuzzPreview ./approval" "FuzzText ./internal/redact" \
-	"FuzzScanBundle ./rego"; do
+fuzz_targets=(
+	"FuzzNormalizeHost ./proxy"
+	"FuzzNormalizePath ./proxy"
+	"FuzzRequestInput ./proxy"
+	"FuzzRemoveHopHeaders ./proxy"
+	"FuzzTargetDifferential ./proxy"
+	"FuzzScrub ./secrets"
+	"FuzzRedactQuery ./audit"
+	"FuzzParseInputJSON ./rego"
+	"FuzzCacheKey ./rego"
+	"FuzzScanBundle ./rego"
+	"FuzzPreview ./approval"
+	"FuzzText ./internal/redact"
+)
+for t in "${fuzz_targets[@]}"; do
 	set -- $t
 	# An execution count, not a duration: with a duration Go 1.26's fuzz coordinator can
 	# report "context deadline exceeded" at the deadline without any failing input

@@ -43,6 +43,7 @@ func TestBypass(t *testing.T) {
 	cases = append(cases, smugglingCases(e)...)
 	cases = append(cases, destinationCases(e)...)
 	cases = append(cases, protocolCases(e)...)
+	cases = append(cases, targetCases(e)...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			nev, nseen := e.audit.Len(), e.seenLen()

@@ -197,9 +197,11 @@ func smugglingCases(e *env) []attack {
 			status: 403, rule: "bypass.default", path: "/admin",
 		},
 		{
+			// ';' in a path is refused: servers disagree on whether ";params" belong to the
+			// segment (target_test.go has the other forms).
 			name:   "dot-dot with ;params climbs out of the allowed prefix",
 			send:   get(u+"/public/..;/admin", "Host: "+host+"\r\n"),
-			status: 403, rule: "bypass.default", path: "/admin",
+			status: 400, rule: "protocol",
 		},
 		{
 			name:   "double slash before a denied path",
@@ -213,9 +215,9 @@ func smugglingCases(e *env) []attack {
 		},
 		{
 			name:   "the upstream receives the normalised path",
-			send:   get(u+"/public//a/./b/%2e%2E/c;x/%61%7e", "Host: "+host+"\r\n"),
-			status: 200, rule: "bypass.read", path: "/public/a/c;x/a~",
-			upstream: one("/public/a/c;x/a~"),
+			send:   get(u+"/public//a/./b/%2e%2E/c/%61%7e", "Host: "+host+"\r\n"),
+			status: 200, rule: "bypass.read", path: "/public/a/c/a~",
+			upstream: one("/public/a/c/a~"),
 		},
 		{
 			name:   "the upstream receives the normalised path inside a tunnel",
