@@ -69,12 +69,13 @@ type nativeInstance struct {
 	detach  []func()
 	netns   uint64 // inode of the network namespace, for leak checks
 
-	mu       sync.Mutex
-	runs     int
-	closed   bool
-	closeErr error
-	changes  []Change
-	waitErr  chan error
+	mu         sync.Mutex
+	runs       int
+	closed     bool
+	closeErr   error
+	changes    []Change
+	changesErr error
+	waitErr    chan error
 }
 
 // Create builds and starts a native sandbox.
@@ -139,7 +140,7 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 	}
 	if o.WorkspaceMode == WorkspaceCoW && o.Workspace != "" {
 		cfg.LowerDir = filepath.Join(in.dir, "lower")
-		cfg.UpperDir = filepath.Join(in.dir, "upper")
+		cfg.UpperDir = in.upperDir()
 		cfg.WorkDir = filepath.Join(in.dir, "work")
 		for _, d := range []string{cfg.LowerDir, cfg.UpperDir, cfg.WorkDir} {
 			if err := os.Mkdir(d, 0o755); err != nil {
@@ -295,6 +296,9 @@ func (in *nativeInstance) attachProxy() error {
 	}
 	return nil
 }
+
+// upperDir is the copy-on-write layer's upper directory.
+func (in *nativeInstance) upperDir() string { return filepath.Join(in.dir, "upper") }
 
 // NetNSInode is the inode number of the sandbox's network namespace (0 if unknown).
 func (in *nativeInstance) NetNSInode() uint64 { return in.netns }
