@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-proxy/airlock/internal/termsafe"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -30,10 +32,12 @@ func main() {
 	case err != nil && (errors.As(err, &se) || errors.As(context.Cause(ctx), &se)):
 		// Stopped by a signal: the command cleaned up (a sandbox is destroyed, its
 		// credentials revoked); exit as a shell reports a signal, 128+n.
-		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %v\n", se, err)
+		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %s\n", se, termsafe.Text(err.Error()))
 		os.Exit(128 + int(se.sig))
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "airlock:", err)
+		// Errors may carry a sandbox's bytes (file names, its messages): quoted, so that
+		// they can neither act on the terminal nor forge a line.
+		fmt.Fprintln(os.Stderr, "airlock:", termsafe.Text(err.Error()))
 		os.Exit(1)
 	}
 }
