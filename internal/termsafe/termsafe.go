@@ -21,7 +21,7 @@ import (
 
 // Bounds of the Writer's state.
 const (
-	maxSeq    = 64       // bytes of an escape or CSI sequence held before it is dropped
+	maxSeq    = 64        // bytes of an escape or CSI sequence held before it is dropped
 	maxString = 256 << 10 // bytes of an unterminated control string dropped before output resumes
 )
 
