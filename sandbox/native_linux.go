@@ -128,6 +128,7 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 		Rootfs: o.Rootfs, RootPaths: defaultRootPaths, ReadOnlyPaths: o.ReadOnlyPaths,
 		NewRoot: root, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
 		TmpSize: o.TmpSize, UIDBase: in.uidBase, CABundle: o.CABundle, IdmapFD: -1,
+		Ptys: o.Ptys, Inodes: o.Inodes,
 	}
 	if o.Workspace != "" {
 		fi, err := os.Stat(o.Workspace)
@@ -209,6 +210,13 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	}
 	in.waitErr = make(chan error, 1)
 	go func(c *exec.Cmd) { in.waitErr <- c.Wait() }(in.holder)
+	// Every command inherits the holder's open-file limit; set before the holder reads its
+	// setup, so before any command starts. Without CAP_SYS_RESOURCE in the host's user
+	// namespace a command cannot raise it.
+	lim := unix.Rlimit{Cur: uint64(in.opts.Nofile), Max: uint64(in.opts.Nofile)}
+	if err := unix.Prlimit(in.holder.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+		return fmt.Errorf("set the open-file limit to %d: %w", in.opts.Nofile, err)
+	}
 	closeFiles(extra)
 	extra = nil
 	if err := sendFields(int(in.ctrl.Fd()), setup.fields()); err != nil {
