@@ -77,17 +77,21 @@ type EventFunc func(ctx context.Context, kind string, fields map[string]any)
 
 // Defaults.
 const (
-	DefaultPids    = 1024
-	DefaultTmpSize = 256 << 20
-	DefaultNofile  = 1024
-	DefaultPtys    = 64
-	DefaultInodes  = 65536
-	DefaultDisk    = 10 << 30
-	// minNofile is the least open-file limit a sandbox gets: fewer breaks common tools.
-	minNofile          = 64
+	DefaultPids        = 1024
+	DefaultTmpSize     = 256 << 20
 	DefaultOutputLimit = 1 << 20
 	ProxyPort          = 3128
 	ExitTimeout        = 124
+)
+
+// Defaults of the bounds on host-wide kernel tables and disk (Options.Nofile and after).
+const (
+	DefaultNofile = 1024
+	DefaultPtys   = 64
+	DefaultInodes = 65536
+	DefaultDisk   = 10 << 30
+	// minNofile is the least open-file limit a sandbox gets: fewer breaks common tools.
+	minNofile = 64
 )
 
 var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
