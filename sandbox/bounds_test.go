@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -191,5 +192,44 @@ func TestProcMasked(t *testing.T) {
 	// Still there: what programs need.
 	if res := run(t, s, "head -1 /proc/meminfo; cat /proc/self/status | grep -c Pid"); res.ExitCode != 0 || !strings.Contains(string(res.Stdout), "MemTotal") {
 		t.Errorf("/proc/meminfo and /proc/self: %s %s", res.Stdout, res.Stderr)
+	}
+}
+
+// TestDiskBound: a copy-on-write workspace's layer is a file system of Disk bytes: writing
+// past it fails inside with ENOSPC, the host's disk holds at most that much of it, and it
+// goes (mount, loop device, image) with the sandbox.
+func TestDiskBound(t *testing.T) {
+	ws := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(ws, "keep.txt"), []byte("host\n"), 0o644))
+	s := newSandbox(t, sandbox.Options{Workspace: ws, WorkspaceMode: sandbox.WorkspaceCoW, Disk: 64 << 20, ID: "sbx-disk-bound"})
+	res := run(t, s, `dd if=/dev/zero of=/workspace/big bs=1M count=100 2>&1; echo status $?; echo small > /workspace/small.txt 2>&1 || echo small failed`)
+	out := string(res.Stdout)
+	if !strings.Contains(out, "No space left on device") || strings.Contains(out, "status 0") {
+		t.Errorf("writing 100 MiB into a 64 MiB disk: %s", out)
+	}
+	dir := filepath.Join(testState, "sandboxes", "sbx-disk-bound")
+	var st syscall.Stat_t
+	must(t, syscall.Stat(filepath.Join(dir, "disk.img"), &st))
+	if used := st.Blocks * 512; used > 66<<20 {
+		t.Errorf("the disk image takes %d bytes of the host's disk, want at most about 64 MiB", used)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "keep.txt")); string(b) != "host\n" {
+		t.Errorf("the host workspace changed")
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the sandbox's state (and disk image) is still there: %v", err)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), dir) {
+		t.Errorf("the sandbox's disk is still mounted")
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		if b, _ := os.ReadFile(l); strings.Contains(string(b), dir) {
+			t.Errorf("a loop device still holds the image: %s", l)
+		}
 	}
 }

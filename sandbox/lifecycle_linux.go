@@ -58,6 +58,9 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 	if in.opts.WorkspaceMode == WorkspaceCoW && in.opts.Workspace != "" {
 		in.changes, in.changesErr = listChanges(in.upperDir(), in.opts.Workspace)
 	}
+	if err := unmountScratch(in.dir); err != nil {
+		errs = append(errs, err)
+	}
 	if cgErr != nil {
 		// Processes may outlive a cgroup that could not be removed: keep the state
 		// directory, through which a later Cleanup finds the cgroups again, and the uid
@@ -181,6 +184,10 @@ func (n *Native) Cleanup(ctx context.Context) error {
 		// them; a sandbox whose cgroups stay keeps its state for the next Cleanup.
 		if err := n.cleanupCgroups(ctx, e.Name()); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if err := unmountScratch(dir); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", dir, err))
 			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {

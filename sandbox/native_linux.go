@@ -140,9 +140,13 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 		}
 	}
 	if o.WorkspaceMode == WorkspaceCoW && o.Workspace != "" {
+		// The layers the sandbox writes live on a file system of o.Disk bytes of their own.
+		if err := mountScratch(filepath.Join(in.dir, scratchName), o.Disk); err != nil {
+			return nil, err
+		}
 		cfg.LowerDir = filepath.Join(in.dir, "lower")
 		cfg.UpperDir = in.upperDir()
-		cfg.WorkDir = filepath.Join(in.dir, "work")
+		cfg.WorkDir = filepath.Join(in.dir, scratchName, "work")
 		for _, d := range []string{cfg.LowerDir, cfg.UpperDir, cfg.WorkDir} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				return nil, fmt.Errorf("create overlay directory: %w", err)
@@ -306,7 +310,7 @@ func (in *nativeInstance) attachProxy() error {
 }
 
 // upperDir is the copy-on-write layer's upper directory.
-func (in *nativeInstance) upperDir() string { return filepath.Join(in.dir, "upper") }
+func (in *nativeInstance) upperDir() string { return filepath.Join(in.dir, scratchName, "upper") }
 
 // NetNSInode is the inode number of the sandbox's network namespace (0 if unknown).
 func (in *nativeInstance) NetNSInode() uint64 { return in.netns }

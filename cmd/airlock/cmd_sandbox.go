@@ -35,6 +35,8 @@ type sandboxFlags struct {
 	rawOutput                                                         bool
 	cpus                                                              float64
 	labels, env                                                       []string
+	nofile, ptys, inodes                                              int64
+	disk                                                              string
 }
 
 func addSandboxCmd(root *cobra.Command) {
@@ -100,6 +102,10 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
 	fl.StringVar(&sf.patch, "patch", "", "with --workspace DIR:cow, write the sandbox's changes to this file as a git-style patch (apply with 'git apply')")
 	fl.StringVar(&sf.id, "id", "", "sandbox id (default: generated)")
+	fl.Int64Var(&sf.nofile, "nofile", 0, "open files per process, soft and hard limit (default 1024, lowered so that with --pids the sandbox holds at most a quarter of the host's fs.file-max)")
+	fl.Int64Var(&sf.ptys, "ptys", 0, "pseudo-terminals the sandbox may hold (default 64)")
+	fl.Int64Var(&sf.inodes, "inodes", 0, "files (inodes) each of /tmp, $HOME and /dev/shm may hold (default 65536)")
+	fl.StringVar(&sf.disk, "disk", "", "host disk a copy-on-write workspace's changes may take, e.g. 2G (default 10G); a read-write workspace is not bounded by it")
 	fl.BoolVar(&sf.rawOutput, "raw-output", false, "pass the command's output unchanged (binary output); by default escape sequences that act beyond the screen (OSC: clipboard, title, links; DCS, APC, PM, SOS; window reports) are dropped")
 	fl.StringVar(&sf.adminListen, "admin-listen", "", "also serve the admin API (approvals page, metrics) on this address while the sandbox runs")
 	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
@@ -146,6 +152,9 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	if sf.cpus > 0 {
 		o.CPUs = sf.cpus
 	}
+	if err := hostBounds(cmd, cfg, sf, &o); err != nil {
+		return err
+	}
 	if sf.workspace != "" {
 		dir, mode, err := sandbox.ParseWorkspace(sf.workspace)
 		if err != nil {
@@ -164,6 +173,11 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		o.Labels[k] = v
 	}
 
+	if o.Disk > 0 && o.Workspace != "" && o.WorkspaceMode == sandbox.WorkspaceRW {
+		// A read-write workspace is the host directory itself: only file system quotas
+		// could bound it, and a bound that does not hold is not offered.
+		return fmt.Errorf("--disk bounds a copy-on-write workspace's changes; a read-write workspace writes the host directory itself, which --disk cannot bound: use --workspace DIR:cow, or file system quotas")
+	}
 	if sf.patch != "" && o.WorkspaceMode != sandbox.WorkspaceCoW {
 		return fmt.Errorf("--patch needs a copy-on-write workspace (--workspace DIR:cow)")
 	}
@@ -303,6 +317,49 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	}
 	if res.ExitCode != 0 {
 		return exitCode(res.ExitCode)
+	}
+	return nil
+}
+
+// hostBounds sets the bounds on host-wide kernel tables and disk from the config and the
+// flags (which win); a value given must be positive.
+func hostBounds(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, o *sandbox.Options) error {
+	c := cfg.Sandbox
+	for _, b := range []struct {
+		flag, key string
+		conf      int
+		val       int64
+		dst       *int64
+	}{
+		{"nofile", "sandbox.nofile", c.Nofile, sf.nofile, &o.Nofile},
+		{"ptys", "sandbox.ptys", c.Ptys, sf.ptys, &o.Ptys},
+		{"inodes", "sandbox.inodes", c.Inodes, sf.inodes, &o.Inodes},
+	} {
+		switch {
+		case cmd.Flags().Changed(b.flag):
+			if b.val <= 0 {
+				return fmt.Errorf("--%s %d: want a positive number", b.flag, b.val)
+			}
+			*b.dst = b.val
+		case b.conf < 0:
+			return fmt.Errorf("%s: %d: want a positive number", b.key, b.conf)
+		default:
+			*b.dst = int64(b.conf)
+		}
+	}
+	disk, what := c.Disk, "sandbox.disk"
+	if cmd.Flags().Changed("disk") {
+		disk, what = sf.disk, "--disk"
+	}
+	if disk != "" {
+		n, err := sandbox.ParseSize(disk)
+		if err == nil && n < 16<<20 {
+			err = fmt.Errorf("%s: at least 16M", disk)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		o.Disk = n
 	}
 	return nil
 }
