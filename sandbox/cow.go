@@ -170,12 +170,15 @@ func join(rel, name string) string {
 }
 
 // walk lists the changes under the upper directory u; lw is the same directory of the host
-// workspace, -1 where the host has none.
+// workspace, -1 where the host has none. A directory's files come before its
+// subdirectories, so that a deep or large subtree reaching a bound cannot hide a change
+// beside it; a new directory is listed (as "dir/") at the top of a new subtree only.
 func (l *listing) walk(u, lw int, rel string, depth int) {
 	names, err := readNames(u)
 	if err != nil {
 		l.miss(rel+"/", err)
 	}
+	var dirs []string
 	for _, name := range names {
 		if l.expired() {
 			return
@@ -188,35 +191,13 @@ func (l *listing) walk(u, lw int, rel string, depth int) {
 		}
 		inLower := lw >= 0 && unix.Fstatat(lw, name, &lst, unix.AT_SYMLINK_NOFOLLOW) == nil
 		lowerDir := inLower && lst.Mode&unix.S_IFMT == unix.S_IFDIR
-		if isWhiteout(&ust) {
+		switch {
+		case isWhiteout(&ust):
 			if inLower {
 				l.deleted(lw, name, path, &lst, depth)
 			}
-			continue
-		}
-		if ust.Mode&unix.S_IFMT == unix.S_IFDIR {
-			sub, err := openDir(u, name)
-			if err != nil {
-				l.miss(path+"/", err)
-				continue
-			}
-			switch {
-			case !inLower:
-				l.add(path+"/", "added")
-			case !lowerDir:
-				// A file or link of the host replaced by a directory.
-				l.add(path, "deleted")
-				l.add(path+"/", "added")
-			}
-			opaque := lowerDir && isOpaque(sub)
-			if opaque {
-				l.opaqueDeletions(sub, lw, name, path, depth)
-			}
-			l.descend(sub, lw, name, path, lowerDir && !opaque, depth)
-			unix.Close(sub)
-			continue
-		}
-		switch {
+		case ust.Mode&unix.S_IFMT == unix.S_IFDIR:
+			dirs = append(dirs, name)
 		case !inLower:
 			l.add(path, "added")
 		case lowerDir:
@@ -226,6 +207,34 @@ func (l *listing) walk(u, lw int, rel string, depth int) {
 		case !l.sameFile(u, lw, name, &ust, &lst):
 			l.add(path, "modified")
 		}
+	}
+	for _, name := range dirs {
+		if l.expired() {
+			return
+		}
+		path := join(rel, name)
+		var lst unix.Stat_t
+		inLower := lw >= 0 && unix.Fstatat(lw, name, &lst, unix.AT_SYMLINK_NOFOLLOW) == nil
+		lowerDir := inLower && lst.Mode&unix.S_IFMT == unix.S_IFDIR
+		sub, err := openDir(u, name)
+		if err != nil {
+			l.miss(path+"/", err)
+			continue
+		}
+		switch {
+		case !inLower && lw >= 0:
+			l.add(path+"/", "added")
+		case inLower && !lowerDir:
+			// A file or link of the host replaced by a directory.
+			l.add(path, "deleted")
+			l.add(path+"/", "added")
+		}
+		opaque := lowerDir && isOpaque(sub)
+		if opaque {
+			l.opaqueDeletions(sub, lw, name, path, depth)
+		}
+		l.descend(sub, lw, name, path, lowerDir && !opaque, depth)
+		unix.Close(sub)
 	}
 }
 
