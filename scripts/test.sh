@@ -12,7 +12,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
 say "Debian packages"
-pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid)
+pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -67,7 +67,8 @@ go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/
 say "fuzzing, briefly"
 for t in "FuzzNormalizeHost ./proxy" "FuzzNormalizePath ./proxy" "FuzzRequestInput ./proxy" \
 	"FuzzRemoveHopHeaders ./proxy" "FuzzScrub ./secrets" "FuzzRedactQuery ./audit" \
-	"FuzzParseInputJSON ./rego" "FuzzPreview ./approval"; do
+	"FuzzParseInputJSON ./rego" "FuzzPreview ./approval" "FuzzWriter ./internal/termsafe" \
+	"FuzzLineDiff ./sandbox"; do
 	set -- $t
 	# An execution count, not a duration: with a duration Go 1.26's fuzz coordinator can
 	# report "context deadline exceeded" at the deadline without any failing input
