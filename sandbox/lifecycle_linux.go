@@ -1,10 +1,12 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/airlock-proxy/airlock/internal/procstat"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -54,8 +56,9 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 		cgErr = in.cg.remove()
 	}
 	if in.opts.WorkspaceMode == WorkspaceCoW && in.opts.Workspace != "" {
-		ch, err := changesOf(filepath.Join(in.dir, "upper"), in.opts.Workspace)
-		in.changes = ch
+		in.changes, in.changesErr = listChanges(in.upperDir(), in.opts.Workspace)
+	}
+	if err := unmountScratch(in.dir); err != nil {
 		errs = append(errs, err)
 	}
 	if cgErr != nil {
@@ -75,7 +78,8 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 	return in.closeErr
 }
 
-// Changes lists what the sandbox changed in a copy-on-write workspace (nil in other modes).
+// Changes lists what the sandbox changed in a copy-on-write workspace (nil in other modes);
+// its error wraps ErrChangesIncomplete when the list may lack changes.
 func (in *nativeInstance) Changes() ([]Change, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -83,22 +87,29 @@ func (in *nativeInstance) Changes() ([]Change, error) {
 		return nil, nil
 	}
 	if in.closed {
-		return in.changes, nil
+		return in.changes, in.changesErr
 	}
-	return changesOf(filepath.Join(in.dir, "upper"), in.opts.Workspace)
+	return listChanges(in.upperDir(), in.opts.Workspace)
 }
 
 // Patch is a unified diff from the host workspace to the sandbox's copy-on-write view.
 func (in *nativeInstance) Patch() ([]byte, error) {
+	var b bytes.Buffer
+	err := in.WritePatch(&b)
+	return b.Bytes(), err
+}
+
+// WritePatch writes the patch to w, one file at a time.
+func (in *nativeInstance) WritePatch(w io.Writer) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.opts.WorkspaceMode != WorkspaceCoW || in.opts.Workspace == "" {
-		return nil, errors.New("patch: workspace is not copy-on-write")
+		return errors.New("patch: workspace is not copy-on-write")
 	}
 	if in.closed {
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	return patchOf(filepath.Join(in.dir, "upper"), in.opts.Workspace)
+	return writePatch(w, in.upperDir(), in.opts.Workspace)
 }
 
 // allocateSlot reserves a host uid range for a sandbox: slot N owns the 65536 host ids from
@@ -173,6 +184,10 @@ func (n *Native) Cleanup(ctx context.Context) error {
 		// them; a sandbox whose cgroups stay keeps its state for the next Cleanup.
 		if err := n.cleanupCgroups(ctx, e.Name()); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if err := unmountScratch(dir); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", dir, err))
 			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {

@@ -40,6 +40,8 @@ type rootConfig struct {
 	UpperDir      string
 	WorkDir       string
 	TmpSize       int64
+	Ptys          int64 // the devpts instance's max
+	Inodes        int64 // nr_inodes of each writable tmpfs
 	UIDBase       int
 	CABundle      []byte
 	IdmapFD       int // the id-map user namespace's descriptor in the holder; -1 when absent
@@ -97,7 +99,7 @@ func planRoot(cfg *rootConfig) ([]mountOp, error) {
 	p := &plan{}
 	p.mount("make mounts private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
 	root := cfg.NewRoot
-	p.mount("mount root tmpfs", "airlock", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m")
+	p.mount("mount root tmpfs", "airlock", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m,nr_inodes=4096")
 	for _, name := range cfg.RootPaths {
 		if err := p.rootEntry(filepath.Join(cfg.Rootfs, name), filepath.Join(root, name)); err != nil {
 			return nil, err
@@ -109,17 +111,18 @@ func planRoot(cfg *rootConfig) ([]mountOp, error) {
 		}
 	}
 	uid, gid := cfg.UIDBase+sandboxUID, cfg.UIDBase+sandboxGID
-	p.tmpfs(filepath.Join(root, "tmp"), fmt.Sprintf("mode=1777,size=%d", cfg.TmpSize))
+	p.tmpfs(filepath.Join(root, "tmp"), fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", cfg.TmpSize, cfg.Inodes))
 	for _, dir := range []string{"run", "home", "var"} {
-		p.tmpfs(filepath.Join(root, dir), "mode=0755,size=1m")
+		p.tmpfs(filepath.Join(root, dir), "mode=0755,size=1m,nr_inodes=1024")
 	}
 	p.symlink("../tmp", filepath.Join(root, "var/tmp"))
 	p.symlink("../run", filepath.Join(root, "var/run"))
-	p.tmpfs(filepath.Join(root, homeDir), fmt.Sprintf("mode=0700,size=%d,uid=%d,gid=%d", cfg.TmpSize, uid, gid))
-	if err := p.dev(filepath.Join(root, "dev")); err != nil {
+	p.tmpfs(filepath.Join(root, homeDir), fmt.Sprintf("mode=0700,size=%d,nr_inodes=%d,uid=%d,gid=%d", cfg.TmpSize, cfg.Inodes, uid, gid))
+	if err := p.dev(filepath.Join(root, "dev"), cfg); err != nil {
 		return nil, err
 	}
 	p.mountAt("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	p.maskProc(filepath.Join(root, "proc"))
 	p.workspace(cfg, filepath.Join(root, workspaceDir))
 	p.caBundle(cfg, root)
 	for _, dir := range []string{"run", "home", "var"} {
@@ -172,9 +175,10 @@ func (p *plan) bindReadOnly(src, dst string) error {
 }
 
 // dev plans a minimal /dev: nodes of a few host devices (the same device numbers, mode
-// 0666), a private devpts, shm and links.
-func (p *plan) dev(dev string) error {
-	p.tmpfs(dev, "mode=0755,size=64k")
+// 0666), a private devpts holding at most cfg.Ptys terminals (the kernel's kernel.pty.max
+// is machine-wide: without a max one sandbox could take them all), shm and links.
+func (p *plan) dev(dev string, cfg *rootConfig) error {
+	p.tmpfs(dev, "mode=0755,size=64k,nr_inodes=256")
 	for _, name := range hostDevices {
 		var st unix.Stat_t
 		if err := unix.Stat("/dev/"+name, &st); err != nil {
@@ -186,15 +190,53 @@ func (p *plan) dev(dev string) error {
 		p.add("mknod", "create /dev/"+name, filepath.Join(dev, name),
 			strconv.FormatUint(uint64(unix.S_IFCHR|0o666), 10), strconv.FormatUint(st.Rdev, 10))
 	}
-	p.mountAt("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
-	p.tmpfs(filepath.Join(dev, "shm"), "mode=1777,size=64m")
+	p.mountAt("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, DevptsOptions(cfg.Ptys))
+	p.tmpfs(filepath.Join(dev, "shm"), fmt.Sprintf("mode=1777,size=64m,nr_inodes=%d", min(cfg.Inodes, 16384)))
 	links := [][2]string{{"pts/ptmx", "ptmx"}, {"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"},
 		{"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}}
 	for _, l := range links {
 		p.symlink(l[0], filepath.Join(dev, l[1]))
 	}
-	p.mount("remount /dev read-only", "", dev, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_RDONLY, "mode=0755,size=64k")
+	p.mount("remount /dev read-only", "", dev, "", unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_RDONLY, "mode=0755,size=64k,nr_inodes=256")
 	return nil
+}
+
+// DevptsOptions are the mount options of a sandbox's private devpts instance with at most
+// max terminals: /dev/ptmx opens it (pts/ptmx), and a terminal belongs to whoever opened it.
+// Every backend that gives a sandbox terminals uses them.
+func DevptsOptions(max int64) string {
+	return fmt.Sprintf("newinstance,ptmxmode=0666,mode=0620,max=%d", max)
+}
+
+// MaskedProcFiles are /proc files a sandbox does not need and that tell about the host
+// (its kernel command line and configuration, symbols, keys, timers, modules) or reach
+// its kernel (sysrq): each is covered by /dev/null, read-only. MaskedProcDirs are covered
+// by an empty read-only tmpfs. Paths are relative to /proc; those the host lacks are
+// skipped. (runc and Docker mask most of these too.)
+var (
+	MaskedProcFiles = []string{"cmdline", "config.gz", "kallsyms", "kcore", "keys", "key-users",
+		"latency_stats", "timer_list", "timer_stats", "sched_debug", "modules", "sysrq-trigger",
+		"kpagecount", "kpageflags", "kpagecgroup", "vmallocinfo", "iomem", "ioports", "slabinfo",
+		"buddyinfo", "pagetypeinfo", "zoneinfo"}
+	MaskedProcDirs = []string{"acpi", "asound", "scsi", "driver", "bus", "irq"}
+)
+
+// maskProc covers the host details of a freshly mounted /proc at proc.
+func (p *plan) maskProc(proc string) {
+	for _, name := range MaskedProcFiles {
+		if fi, err := os.Lstat("/proc/" + name); err != nil || fi.IsDir() {
+			continue
+		}
+		dst := filepath.Join(proc, name)
+		p.mount("mask /proc/"+name, "/dev/null", dst, "", unix.MS_BIND, "")
+		p.mount("remount /proc/"+name+" read-only", "", dst, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, "")
+	}
+	for _, name := range MaskedProcDirs {
+		if fi, err := os.Lstat("/proc/" + name); err != nil || !fi.IsDir() {
+			continue
+		}
+		p.mount("mask /proc/"+name, "tmpfs", filepath.Join(proc, name), "tmpfs", roFlags|unix.MS_NOEXEC, "size=4k,nr_inodes=1,mode=0555")
+	}
 }
 
 // workspace mounts the host workspace at dst. The mount is idmapped so that the workspace

@@ -69,12 +69,13 @@ type nativeInstance struct {
 	detach  []func()
 	netns   uint64 // inode of the network namespace, for leak checks
 
-	mu       sync.Mutex
-	runs     int
-	closed   bool
-	closeErr error
-	changes  []Change
-	waitErr  chan error
+	mu         sync.Mutex
+	runs       int
+	closed     bool
+	closeErr   error
+	changes    []Change
+	changesErr error
+	waitErr    chan error
 }
 
 // Create builds and starts a native sandbox.
@@ -127,6 +128,7 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 		Rootfs: o.Rootfs, RootPaths: defaultRootPaths, ReadOnlyPaths: o.ReadOnlyPaths,
 		NewRoot: root, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
 		TmpSize: o.TmpSize, UIDBase: in.uidBase, CABundle: o.CABundle, IdmapFD: -1,
+		Ptys: o.Ptys, Inodes: o.Inodes,
 	}
 	if o.Workspace != "" {
 		fi, err := os.Stat(o.Workspace)
@@ -138,9 +140,13 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 		}
 	}
 	if o.WorkspaceMode == WorkspaceCoW && o.Workspace != "" {
+		// The layers the sandbox writes live on a file system of o.Disk bytes of their own.
+		if err := mountScratch(filepath.Join(in.dir, scratchName), o.Disk); err != nil {
+			return nil, err
+		}
 		cfg.LowerDir = filepath.Join(in.dir, "lower")
-		cfg.UpperDir = filepath.Join(in.dir, "upper")
-		cfg.WorkDir = filepath.Join(in.dir, "work")
+		cfg.UpperDir = in.upperDir()
+		cfg.WorkDir = filepath.Join(in.dir, scratchName, "work")
 		for _, d := range []string{cfg.LowerDir, cfg.UpperDir, cfg.WorkDir} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				return nil, fmt.Errorf("create overlay directory: %w", err)
@@ -208,6 +214,13 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	}
 	in.waitErr = make(chan error, 1)
 	go func(c *exec.Cmd) { in.waitErr <- c.Wait() }(in.holder)
+	// Every command inherits the holder's open-file limit; set before the holder reads its
+	// setup, so before any command starts. Without CAP_SYS_RESOURCE in the host's user
+	// namespace a command cannot raise it.
+	lim := unix.Rlimit{Cur: uint64(in.opts.Nofile), Max: uint64(in.opts.Nofile)}
+	if err := unix.Prlimit(in.holder.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+		return fmt.Errorf("set the open-file limit to %d: %w", in.opts.Nofile, err)
+	}
 	closeFiles(extra)
 	extra = nil
 	if err := sendFields(int(in.ctrl.Fd()), setup.fields()); err != nil {
@@ -295,6 +308,9 @@ func (in *nativeInstance) attachProxy() error {
 	}
 	return nil
 }
+
+// upperDir is the copy-on-write layer's upper directory.
+func (in *nativeInstance) upperDir() string { return filepath.Join(in.dir, scratchName, "upper") }
 
 // NetNSInode is the inode number of the sandbox's network namespace (0 if unknown).
 func (in *nativeInstance) NetNSInode() uint64 { return in.netns }

@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +49,18 @@ type Options struct {
 	CPUs    float64       // CPU limit in cores; 0 means none
 	TmpSize int64         // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize
 
+	// Bounds on what the kernel shares machine-wide (see docs/threat-model.md).
+	// Nofile is each process's open-file limit (RLIMIT_NOFILE, soft and hard): with Pids it
+	// bounds the descriptors of the whole sandbox, which may be at most a quarter of the
+	// host's fs.file-max. 0 means DefaultNofile, lowered to fit that quarter.
+	Nofile int64
+	Ptys   int64 // pseudo-terminals of the sandbox's private devpts; 0 means DefaultPtys
+	Inodes int64 // inodes of each writable tmpfs (/tmp, $HOME, /dev/shm); 0 means DefaultInodes
+	// Disk bounds what a copy-on-write workspace's layer may take of the host's disk
+	// (writes past it fail with ENOSPC inside); 0 means DefaultDisk. It bounds nothing else:
+	// a read-write workspace is the host directory itself.
+	Disk int64
+
 	Env      []string // explicit K=V entries added to the built environment
 	CABundle []byte   // PEM bundle (system roots + airlock CA) the sandbox trusts
 
@@ -69,6 +83,16 @@ const (
 	DefaultOutputLimit = 1 << 20
 	ProxyPort          = 3128
 	ExitTimeout        = 124
+)
+
+// Defaults of the bounds on host-wide kernel tables and disk (Options.Nofile and after).
+const (
+	DefaultNofile = 1024
+	DefaultPtys   = 64
+	DefaultInodes = 65536
+	DefaultDisk   = 10 << 30
+	// minNofile is the least open-file limit a sandbox gets: fewer breaks common tools.
+	minNofile = 64
 )
 
 // withDefaults validates o and fills in defaults.
@@ -106,7 +130,8 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("read-only path %q: must be absolute", p)
 		}
 	}
-	if o.Timeout < 0 || o.Memory < 0 || o.Pids < 0 || !(o.CPUs >= 0) || math.IsInf(o.CPUs, 0) || o.TmpSize < 0 {
+	if o.Timeout < 0 || o.Memory < 0 || o.Pids < 0 || !(o.CPUs >= 0) || math.IsInf(o.CPUs, 0) || o.TmpSize < 0 ||
+		o.Nofile < 0 || o.Ptys < 0 || o.Inodes < 0 || o.Disk < 0 {
 		return o, errors.New("sandbox limits must not be negative")
 	}
 	if o.Pids == 0 {
@@ -114,6 +139,19 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.TmpSize == 0 {
 		o.TmpSize = DefaultTmpSize
+	}
+	var err error
+	if o.Nofile, err = nofileFor(o.Nofile, o.Pids, hostFileMax()); err != nil {
+		return o, err
+	}
+	if o.Ptys == 0 {
+		o.Ptys = DefaultPtys
+	}
+	if o.Inodes == 0 {
+		o.Inodes = DefaultInodes
+	}
+	if o.Disk == 0 {
+		o.Disk = DefaultDisk
 	}
 	for _, kv := range o.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
@@ -157,4 +195,37 @@ type Usage struct {
 	CPU        time.Duration `json:"cpu_ns"`
 	Pids       int64         `json:"pids_peak"`
 	OOMKilled  bool          `json:"oom_killed"`
+}
+
+// nofileFor resolves the open-file limit for pids processes on a host whose file table
+// holds fileMax files (0: unknown): the sandbox's descriptors, nofile × pids, may take at
+// most a quarter of it, so that one sandbox at its bound leaves the host and other
+// sandboxes room. An unset limit is DefaultNofile, lowered to fit; a set one that does not
+// fit is refused.
+func nofileFor(nofile, pids, fileMax int64) (int64, error) {
+	budget := fileMax / 4
+	if nofile == 0 {
+		nofile = DefaultNofile
+		if fileMax > 0 {
+			nofile = min(nofile, budget/pids)
+		}
+		if nofile < minNofile {
+			return 0, fmt.Errorf("%d processes with at least %d open files each could take more than a quarter of the host's file table (fs.file-max %d): lower the process limit", pids, minNofile, fileMax)
+		}
+		return nofile, nil
+	}
+	if fileMax > 0 && nofile > budget/pids {
+		return 0, fmt.Errorf("%d open files for each of %d processes could take more than a quarter of the host's file table (fs.file-max %d): lower the open-file or the process limit (at most %d files each)", nofile, pids, fileMax, budget/pids)
+	}
+	return nofile, nil
+}
+
+// hostFileMax is the host's fs.file-max, 0 when unknown.
+func hostFileMax() int64 {
+	b, err := os.ReadFile("/proc/sys/fs/file-max")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return max(n, 0)
 }

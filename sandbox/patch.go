@@ -3,15 +3,11 @@ package sandbox
 import (
 	"bytes"
 	"compress/zlib"
-	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -19,18 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A patch is built in memory from files the sandbox wrote: maxPatchFile bounds what one
-// file may bring (either side), maxPatchTotal all of them together, so that a sandbox
-// cannot make airlock read (and hold) without end, with sparse files for instance.
-var (
-	maxPatchFile  = 256 << 20
-	maxPatchTotal = 1 << 30
-	diffTimeout   = 2 * time.Minute
-)
-
-// ErrPatchIncomplete is wrapped by Patch's error when the patch it returns leaves changes
-// out (named in '# airlock:' lines that git apply skips): FIFOs, sockets, devices, files
-// over maxPatchFile, or a host side that cannot be read.
+// ErrPatchIncomplete is wrapped by a patch's error when the patch leaves changes out (named
+// in '# airlock:' lines that git apply skips, and in the error): FIFOs, sockets, devices,
+// files over PostRunLimits.FileBytes, a patch over PatchBytes or Time, a change listing
+// that could not see everything, or a host side that cannot be read.
 var ErrPatchIncomplete = errors.New("the patch leaves changes out")
 
 // entry is one side of a changed path as git sees it: mode 100644, 100755 or 120000
@@ -40,129 +28,229 @@ type entry struct {
 	data []byte
 }
 
-// patchOf renders the changes as one git-style diff (a/ is the host workspace, b/ the
-// sandbox's view) that `git apply` applies to the host copy: text as unified hunks (made
-// by the host's diff(1)), binary files as git binary literals, symlinks as symlinks, new,
+// writePatch writes the changes as one git-style diff (a/ is the host workspace, b/ the
+// sandbox's view) that `git apply` applies to the host copy: text as unified hunks (an
+// in-process line diff), binary files as git binary literals, symlinks as symlinks, new,
 // deleted and mode-changed files with git's headers, deletions first (so that a directory
 // replaced by a file, or the reverse, applies). The sandbox wrote the upper directory, so
-// nothing there is trusted: files are opened without following any symlink (a link to a
-// host file brings its target path, never the host file's content), only regular files
-// are read, within maxPatchFile and maxPatchTotal, and path names are quoted as git quotes
-// them, so a file name cannot forge patch lines. What a patch cannot carry is named in a
-// comment line, and the error then wraps ErrPatchIncomplete (the patch is still returned).
-func patchOf(upper, lower string) ([]byte, error) {
-	changes, err := changesOf(upper, lower)
+// nothing there is trusted: files are opened beneath directory descriptors without
+// following any symlink (a link to a host file brings its target path, never the host
+// file's content), only regular files are read, path names are quoted as git quotes them
+// (a file name cannot forge patch lines), and the work is bounded by postRun. What the
+// patch cannot carry is named in a comment line, and the error then wraps
+// ErrPatchIncomplete; any other error is w's.
+func writePatch(w io.Writer, upper, lower string) error {
+	l := changesOf(upper, lower)
+	pw := &patchWriter{w: w, deadline: time.Now().Add(postRun.Time)}
+	if why := l.Incomplete(); why != "" {
+		fmt.Fprintf(&pw.sec, "# airlock: the change listing is incomplete: %s\n", why)
+		if err := pw.flush(); err != nil {
+			return err
+		}
+		pw.listing = why
+	}
+	up, err := newTree(upper)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("patch: %w", err)
 	}
-	tmp, err := os.MkdirTemp("", "airlock-patch-")
+	defer up.close()
+	low, err := newTree(lower)
 	if err != nil {
-		return nil, fmt.Errorf("patch: %w", err)
+		return fmt.Errorf("patch: host workspace: %w", err)
 	}
-	defer os.RemoveAll(tmp)
-	var out bytes.Buffer
-	var left []string
-	total := 0
-	leave := func(path string, err error) {
-		fmt.Fprintf(&out, "# airlock: %s left out: %v\n", quotePath(path), err)
-		left = append(left, path)
-	}
+	defer low.close()
 	for _, deletions := range []bool{true, false} {
-		for _, c := range changes {
+		for _, c := range l.changes {
 			if strings.HasSuffix(c.Path, "/") || (c.Kind == "deleted") != deletions {
 				continue
 			}
-			var from, to *entry
-			if c.Kind != "added" {
-				if from, err = readEntry(lower, c.Path); err != nil {
-					leave(c.Path, fmt.Errorf("host side: %w", err))
-					continue
-				}
-			}
-			if c.Kind != "deleted" {
-				if to, err = readEntry(upper, c.Path); err != nil {
-					leave(c.Path, err)
-					continue
-				}
-			}
-			if total += from.size() + to.size(); total > maxPatchTotal {
-				return nil, fmt.Errorf("patch: the changes hold more than the %d MiB of file data a patch carries", maxPatchTotal>>20)
-			}
-			if from != nil && to != nil && (from.mode == "120000") != (to.mode == "120000") {
-				// A file became a symlink or the reverse: git writes a deletion and an addition.
-				if err := writeFilePatch(&out, tmp, c.Path, from, nil); err != nil {
-					return nil, err
-				}
-				from = nil
-			}
-			if err := writeFilePatch(&out, tmp, c.Path, from, to); err != nil {
-				return nil, err
+			if err := pw.change(up, low, c); err != nil {
+				return err
 			}
 		}
 	}
-	if len(left) > 0 {
-		return out.Bytes(), fmt.Errorf("%w: %s", ErrPatchIncomplete, strings.Join(quoteAll(left), ", "))
-	}
-	return out.Bytes(), nil
+	return pw.err()
 }
 
-func (e *entry) size() int {
-	if e == nil {
-		return 0
-	}
-	return len(e.data)
+// patchOf is writePatch into memory.
+func patchOf(upper, lower string) ([]byte, error) {
+	var b bytes.Buffer
+	err := writePatch(&b, upper, lower)
+	return b.Bytes(), err
 }
 
-func quoteAll(paths []string) []string {
-	out := make([]string, len(paths))
-	for i, p := range paths {
-		out[i] = quotePath(p)
-	}
-	return out
+// patchWriter writes a patch one file section at a time, within postRun's bounds.
+type patchWriter struct {
+	w        io.Writer
+	sec      bytes.Buffer // the section being built
+	written  int
+	deadline time.Time
+	left     []string // quoted paths left out
+	listing  string   // why the change listing is incomplete
+	stopped  string   // a bound that ended the patch
 }
 
-// readEntry reads rel under root without following symlinks anywhere on the way.
-func readEntry(root, rel string) (*entry, error) {
-	dir, base := filepath.Split(rel)
-	dirFD, err := openDirBeneath(root, dir)
+func (pw *patchWriter) flush() error {
+	n, err := pw.w.Write(pw.sec.Bytes())
+	pw.written += n
+	pw.sec.Reset()
+	return err
+}
+
+// leave names a path the patch does not carry, and why.
+func (pw *patchWriter) leave(path string, why error) error {
+	q := quotePath(path)
+	pw.left = append(pw.left, q)
+	pw.sec.Reset()
+	fmt.Fprintf(&pw.sec, "# airlock: %s left out: %v\n", q, why)
+	return pw.flush()
+}
+
+func (pw *patchWriter) change(up, low *tree, c Change) error {
+	if pw.stopped == "" && time.Now().After(pw.deadline) {
+		pw.stopped = fmt.Sprintf("the patch stopped after %s", postRun.Time)
+	}
+	if pw.stopped != "" {
+		return pw.leave(c.Path, errors.New(pw.stopped))
+	}
+	var from, to *entry
+	var err error
+	if c.Kind != "added" {
+		if from, err = low.entry(c.Path); err != nil {
+			return pw.leave(c.Path, fmt.Errorf("host side: %w", err))
+		}
+	}
+	if c.Kind != "deleted" {
+		if to, err = up.entry(c.Path); err != nil {
+			return pw.leave(c.Path, err)
+		}
+	}
+	if from != nil && to != nil && (from.mode == "120000") != (to.mode == "120000") {
+		// A file became a symlink or the reverse: git writes a deletion and an addition.
+		writeFilePatch(&pw.sec, c.Path, from, nil)
+		from = nil
+	}
+	writeFilePatch(&pw.sec, c.Path, from, to)
+	if pw.written+pw.sec.Len() > postRun.PatchBytes {
+		pw.stopped = fmt.Sprintf("the patch reached its %d MiB bound", postRun.PatchBytes>>20)
+		return pw.leave(c.Path, errors.New(pw.stopped))
+	}
+	return pw.flush()
+}
+
+// err is the patch's outcome: nil, or ErrPatchIncomplete naming what it left out.
+func (pw *patchWriter) err() error {
+	var why []string
+	if pw.listing != "" {
+		why = append(why, "the change listing is incomplete ("+pw.listing+")")
+	}
+	if len(pw.left) > 0 {
+		const show = 20
+		names := pw.left
+		more := ""
+		if len(names) > show {
+			more = fmt.Sprintf(" and %d more", len(names)-show)
+			names = names[:show]
+		}
+		why = append(why, strings.Join(names, ", ")+more)
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrPatchIncomplete, strings.Join(why, "; "))
+}
+
+// tree opens paths beneath a root one directory descriptor per level, without following
+// any symlink and without a path length limit; it keeps the last parent directory open,
+// since changes come sorted.
+type tree struct {
+	root   int
+	dirRel string
+	dir    int // dirRel's descriptor; -1 when none
+}
+
+func newTree(root string) (*tree, error) {
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open directory: %w", err)
+		return nil, err
 	}
-	defer unix.Close(dirFD)
+	return &tree{root: fd, dir: -1}, nil
+}
+
+func (t *tree) close() {
+	if t.dir >= 0 {
+		unix.Close(t.dir)
+	}
+	unix.Close(t.root)
+}
+
+// parent returns a descriptor of rel's directory (owned by t) and rel's last component.
+func (t *tree) parent(rel string) (int, string, error) {
+	dir, base := "", rel
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+		dir, base = rel[:i], rel[i+1:]
+	}
+	if dir == "" {
+		return t.root, base, nil
+	}
+	if t.dir >= 0 && t.dirRel == dir {
+		return t.dir, base, nil
+	}
+	if t.dir >= 0 {
+		unix.Close(t.dir)
+		t.dir = -1
+	}
+	fd, err := unix.Dup(t.root)
+	if err != nil {
+		return -1, "", err
+	}
+	for _, name := range strings.Split(dir, "/") {
+		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, "", fmt.Errorf("open directory: %w", err)
+		}
+		fd = next
+	}
+	t.dir, t.dirRel = fd, dir
+	return fd, base, nil
+}
+
+// entry reads rel: a symlink's target, or a regular file's content within
+// postRun.FileBytes.
+func (t *tree) entry(rel string) (*entry, error) {
+	dirFD, base, err := t.parent(rel)
+	if err != nil {
+		return nil, err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirFD, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, err
 	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFLNK:
-		buf := make([]byte, unix.PathMax)
-		n, err := unix.Readlinkat(dirFD, base, buf)
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		target, err := readLink(dirFD, base)
 		if err != nil {
 			return nil, err
 		}
-		return &entry{mode: "120000", data: buf[:n]}, nil
-	case unix.S_IFREG:
-	default:
-		return nil, fmt.Errorf("not a regular file or symlink (mode %#o)", st.Mode&unix.S_IFMT)
+		return &entry{mode: "120000", data: []byte(target)}, nil
 	}
-	fd, err := unix.Openat(dirFD, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	f, err := openRegular(dirFD, base)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
-	if err := unix.Fstat(fd, &st); err != nil {
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, errors.New("not a regular file")
+	if st.Size > int64(postRun.FileBytes) {
+		return nil, fmt.Errorf("larger than the %d MiB a patch carries per file", postRun.FileBytes>>20)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, int64(maxPatchFile)+1))
+	data, err := io.ReadAll(io.LimitReader(f, int64(postRun.FileBytes)+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxPatchFile {
-		return nil, fmt.Errorf("larger than the %d MiB a patch carries per file", maxPatchFile>>20)
+	if len(data) > postRun.FileBytes {
+		return nil, fmt.Errorf("larger than the %d MiB a patch carries per file", postRun.FileBytes>>20)
 	}
 	mode := "100644"
 	if st.Mode&0o111 != 0 {
@@ -171,22 +259,8 @@ func readEntry(root, rel string) (*entry, error) {
 	return &entry{mode: mode, data: data}, nil
 }
 
-// openDirBeneath opens dir (relative, "" for root itself) as an O_PATH descriptor, refusing
-// any symlink on the way and any way out of root.
-func openDirBeneath(root, dir string) (int, error) {
-	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil || dir == "" {
-		return rootFD, err
-	}
-	defer unix.Close(rootFD)
-	return unix.Openat2(rootFD, dir, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-}
-
 // writeFilePatch writes one file's section; a nil side is absent (an addition or deletion).
-func writeFilePatch(out *bytes.Buffer, tmp, path string, from, to *entry) error {
+func writeFilePatch(out *bytes.Buffer, path string, from, to *entry) {
 	a, b := quotePath("a/"+path), quotePath("b/"+path)
 	fmt.Fprintf(out, "diff --git %s %s\n", a, b)
 	switch {
@@ -205,13 +279,14 @@ func writeFilePatch(out *bytes.Buffer, tmp, path string, from, to *entry) error 
 		toData = to.data
 	}
 	if from != nil && to != nil && bytes.Equal(fromData, toData) {
-		return nil // a mode change only
+		return // a mode change only
 	}
 	if from == nil && len(toData) == 0 || to == nil && len(fromData) == 0 {
-		return nil // an empty file added or deleted: the header says it all
+		return // an empty file added or deleted: the header says it all
 	}
 	if bytes.IndexByte(fromData, 0) >= 0 || bytes.IndexByte(toData, 0) >= 0 {
-		return writeBinary(out, from, to)
+		writeBinary(out, from, to)
+		return
 	}
 	labelA, labelB := a, b
 	if from == nil {
@@ -220,38 +295,14 @@ func writeFilePatch(out *bytes.Buffer, tmp, path string, from, to *entry) error 
 	if to == nil {
 		labelB = "/dev/null"
 	}
-	hunks, err := unifiedDiff(tmp, labelA, labelB, fromData, toData)
-	if err != nil {
-		return fmt.Errorf("patch %s: %w", quotePath(path), err)
-	}
-	out.Write(hunks)
-	return nil
-}
-
-// unifiedDiff runs diff(1) on copies of the two sides, so diff never opens a path the
-// sandbox controls.
-func unifiedDiff(tmp, labelA, labelB string, a, b []byte) ([]byte, error) {
-	pa, pb := filepath.Join(tmp, "a"), filepath.Join(tmp, "b")
-	if err := os.WriteFile(pa, a, 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(pb, b, 0o600); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), diffTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "diff", "-u", "--label", labelA, "--label", labelB, pa, pb).Output()
-	var ee *exec.ExitError
-	if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 1) {
-		return nil, fmt.Errorf("diff: %w", err)
-	}
-	return out, nil
+	fmt.Fprintf(out, "--- %s\n+++ %s\n", labelA, labelB)
+	writeHunks(out, splitLines(fromData), splitLines(toData))
 }
 
 // writeBinary writes a git binary patch: the index line with both blob ids (git apply
 // checks the host side against it), then the new content and the old, each deflated and
 // base85-encoded.
-func writeBinary(out *bytes.Buffer, from, to *entry) error {
+func writeBinary(out *bytes.Buffer, from, to *entry) {
 	var fromData, toData []byte
 	fromID, toID := strings.Repeat("0", 40), strings.Repeat("0", 40)
 	if from != nil {
@@ -262,11 +313,8 @@ func writeBinary(out *bytes.Buffer, from, to *entry) error {
 	}
 	fmt.Fprintf(out, "index %s..%s\nGIT binary patch\n", fromID, toID)
 	for _, data := range [][]byte{toData, fromData} {
-		if err := writeLiteral(out, data); err != nil {
-			return err
-		}
+		writeLiteral(out, data)
 	}
-	return nil
 }
 
 func blobID(data []byte) string {
@@ -280,15 +328,11 @@ const base85Alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrst
 
 // writeLiteral writes "literal N", the zlib-deflated data in git's base85 lines (a length
 // character, then five characters per four bytes, at most 52 bytes a line), and a blank line.
-func writeLiteral(out *bytes.Buffer, data []byte) error {
+func writeLiteral(out *bytes.Buffer, data []byte) {
 	var z bytes.Buffer
 	zw, _ := zlib.NewWriterLevel(&z, zlib.BestCompression)
-	if _, err := zw.Write(data); err != nil {
-		return err
-	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
+	_, _ = zw.Write(data) // a bytes.Buffer does not fail
+	_ = zw.Close()
 	fmt.Fprintf(out, "literal %d\n", len(data))
 	deflated := z.Bytes()
 	for len(deflated) > 0 {
@@ -318,7 +362,6 @@ func writeLiteral(out *bytes.Buffer, data []byte) error {
 		out.WriteByte('\n')
 	}
 	out.WriteByte('\n')
-	return nil
 }
 
 // quotePath quotes a path as git does when it holds a quote, a backslash, a control

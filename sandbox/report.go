@@ -20,6 +20,9 @@ type Report struct {
 	Usage          Usage             `json:"usage"`
 	Requests       RequestCounts     `json:"requests"`
 	Changes        []Change          `json:"changes,omitempty"`
+	// ChangesIncomplete, when set, says why Changes may lack changes (a bound of
+	// PostRunLimits reached, a part of the tree that could not be read, with the paths).
+	ChangesIncomplete string `json:"changes_incomplete,omitempty"`
 }
 
 // RequestCounts counts the proxy's decisions on this sandbox's requests.

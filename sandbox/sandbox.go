@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"time"
 )
@@ -129,6 +131,20 @@ func (s *Sandbox) Changes() ([]Change, error) { return s.inst.Changes() }
 // them.
 func (s *Sandbox) Patch() ([]byte, error) { return s.inst.Patch() }
 
+// WritePatch writes the patch Patch returns to w, one file at a time where the backend can
+// (the native one does), so that a large patch is not held in memory; call it before Close.
+// The error wraps ErrPatchIncomplete when the patch leaves changes out.
+func (s *Sandbox) WritePatch(w io.Writer) error {
+	if pw, ok := s.inst.(interface{ WritePatch(io.Writer) error }); ok {
+		return pw.WritePatch(w)
+	}
+	p, err := s.inst.Patch()
+	if _, werr := w.Write(p); werr != nil {
+		return werr
+	}
+	return err
+}
+
 // Close revokes the sandbox's credential leases, drops its listener and identity, kills
 // every process in it and removes its namespaces, mounts, cgroups and directories. It is
 // idempotent: later calls, concurrent ones included, wait for the first to finish and
@@ -150,11 +166,18 @@ func (s *Sandbox) close(ctx context.Context) error {
 	}
 	errs = append(errs, s.inst.Close(ctx))
 	changes, err := s.inst.Changes()
+	incomplete := ""
+	if errors.Is(err, ErrChangesIncomplete) {
+		// Not a failure of Close: the report lists what was found and says what was not.
+		incomplete = strings.TrimPrefix(err.Error(), ErrChangesIncomplete.Error()+": ")
+		err = nil
+	}
 	errs = append(errs, err)
 	err = errors.Join(errs...)
 	s.mu.Lock()
 	s.report.End = time.Now()
 	s.report.Changes = changes
+	s.report.ChangesIncomplete = incomplete
 	rep := s.report
 	s.mu.Unlock()
 	fields := map[string]any{"exit_code": rep.ExitCode, "timed_out": rep.TimedOut,

@@ -12,7 +12,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
 say "Debian packages"
-pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid)
+pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -78,6 +78,8 @@ fuzz_targets=(
 	"FuzzScanBundle ./rego"
 	"FuzzPreview ./approval"
 	"FuzzText ./internal/redact"
+	"FuzzWriter ./internal/termsafe"
+	"FuzzLineDiff ./sandbox"
 )
 for t in "${fuzz_targets[@]}"; do
 	set -- $t

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/airlock-proxy/airlock/internal/hostfile"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 )
@@ -16,7 +17,7 @@ import (
 // in its own container (sandbox.docker.mode: internal): no proxy runs here. The sandbox's
 // container is on an internal network of its own whose only other member is the proxy's
 // container, and its credential is issued, and revoked on Close, by the proxy's admin API.
-func runDockerInternal(ctx context.Context, cfg *Config, o sandbox.Options, args []string, report string, log *slog.Logger, stdin io.Reader, stdout, stderr io.Writer) error {
+func runDockerInternal(ctx context.Context, cfg *Config, o sandbox.Options, args []string, report *hostfile.Dest, log *slog.Logger, stdin io.Reader, stdout, stderr io.Writer) error {
 	dc := cfg.Sandbox.Docker
 	switch {
 	case cfg.Sandbox.Image == "":

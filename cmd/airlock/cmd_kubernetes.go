@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/airlock-proxy/airlock/admin"
+	"github.com/airlock-proxy/airlock/internal/hostfile"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
@@ -40,7 +40,7 @@ type kubeRun struct {
 // runKubernetes runs args in a sandbox pod fronted by the in-cluster proxy Deployment: no
 // proxy runs here; the sandbox's credential is issued (and revoked on Close) by the proxy's
 // admin API, so every replica accepts it.
-func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []string, report string, log *slog.Logger, kr kubeRun) error {
+func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []string, report *hostfile.Dest, log *slog.Logger, kr kubeRun) error {
 	kc := cfg.Sandbox.Kubernetes
 	switch {
 	case cfg.Sandbox.Image == "":
@@ -121,22 +121,14 @@ func newRemoteProxy(section, adminURL, tokenFile, caFile, home string) (*remoteP
 // runRemote runs args in a sandbox whose backend gets its credential from a remote proxy
 // (o.Backend set), writes the report, and closes it, which revokes the credential. It
 // returns the command's exit status as an exitCode error.
-func runRemote(ctx context.Context, o sandbox.Options, args []string, report string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runRemote(ctx context.Context, o sandbox.Options, args []string, report *hostfile.Dest, stdin io.Reader, stdout, stderr io.Writer) error {
 	sb, err := sandbox.New(ctx, o)
 	if err != nil {
 		return err // sandbox.New names the sandbox and the step
 	}
 	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	closeErr := sb.Close(context.Background())
-	if report != "" {
-		b, err := json.MarshalIndent(sb.Report(), "", "  ")
-		if err == nil {
-			err = os.WriteFile(report, append(b, '\n'), 0o600)
-		}
-		if err != nil {
-			return fmt.Errorf("--report: %w", err)
-		}
-	}
+	(&postRun{report: report}).writeReport(sb, stderr)
 	if closeErr != nil {
 		// The credential may still be valid, or objects left in the cluster: say so loudly.
 		fmt.Fprintf(stderr, "airlock: sandbox %s cleanup failed: %v\n", sb.ID(), closeErr)

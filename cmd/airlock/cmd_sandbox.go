@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -13,11 +14,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/internal/hostfile"
+	"github.com/airlock-proxy/airlock/internal/termsafe"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
@@ -31,8 +33,11 @@ type sandboxFlags struct {
 	workspace, memory, report, patch, backend, image, id, adminListen string
 	timeout                                                           time.Duration
 	pids                                                              int64
+	rawOutput                                                         bool
 	cpus                                                              float64
 	labels, env                                                       []string
+	nofile, ptys, inodes                                              int64
+	disk                                                              string
 }
 
 func addSandboxCmd(root *cobra.Command) {
@@ -98,6 +103,11 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
 	fl.StringVar(&sf.patch, "patch", "", "with --workspace DIR:cow, write the sandbox's changes to this file as a git-style patch (apply with 'git apply')")
 	fl.StringVar(&sf.id, "id", "", "sandbox id: lower-case letters, digits and - (default: generated)")
+	fl.Int64Var(&sf.nofile, "nofile", 0, "open files per process, soft and hard limit (default 1024, lowered so that with --pids the sandbox holds at most a quarter of the host's fs.file-max)")
+	fl.Int64Var(&sf.ptys, "ptys", 0, "pseudo-terminals the sandbox may hold (default 64)")
+	fl.Int64Var(&sf.inodes, "inodes", 0, "files (inodes) each of /tmp, $HOME and /dev/shm may hold (default 65536)")
+	fl.StringVar(&sf.disk, "disk", "", "host disk a copy-on-write workspace's changes may take, e.g. 2G (default 10G); a read-write workspace is not bounded by it")
+	fl.BoolVar(&sf.rawOutput, "raw-output", false, "pass the command's output unchanged (binary output); by default escape sequences that act beyond the screen (OSC: clipboard, title, links; DCS, APC, PM, SOS; window reports) are dropped")
 	fl.StringVar(&sf.adminListen, "admin-listen", "", "also serve the admin API (approvals page, metrics) on this address while the sandbox runs")
 	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
 	sb.AddCommand(run)
@@ -148,6 +158,9 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	if sf.cpus > 0 {
 		o.CPUs = sf.cpus
 	}
+	if err := hostBounds(cmd, cfg, sf, &o); err != nil {
+		return err
+	}
 	if sf.workspace != "" {
 		dir, mode, err := sandbox.ParseWorkspace(sf.workspace)
 		if err != nil {
@@ -166,18 +179,35 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		o.Labels[k] = v
 	}
 
+	if o.Disk > 0 && o.Workspace != "" && o.WorkspaceMode == sandbox.WorkspaceRW {
+		// A read-write workspace is the host directory itself: only file system quotas
+		// could bound it, and a bound that does not hold is not offered.
+		return fmt.Errorf("--disk bounds a copy-on-write workspace's changes; a read-write workspace writes the host directory itself, which --disk cannot bound: use --workspace DIR:cow, or file system quotas")
+	}
 	if sf.patch != "" && o.WorkspaceMode != sandbox.WorkspaceCoW {
 		return fmt.Errorf("--patch needs a copy-on-write workspace (--workspace DIR:cow)")
 	}
 	if sf.patch != "" && sf.report != "" && filepath.Clean(sf.patch) == filepath.Clean(sf.report) {
 		return fmt.Errorf("--patch and --report name the same file %s", sf.report)
 	}
-	// Files written after the command must be writable before it runs: a report lost
-	// after a long run is a run lost.
-	for flag, path := range map[string]string{"--report": sf.report, "--patch": sf.patch} {
-		if err := checkWritable(path); err != nil {
-			return fmt.Errorf("%s: %w", flag, err)
+	// Files written after the command are resolved now, before anything of the sandbox
+	// runs: their directory is opened once and never looked up by path again, and each is
+	// written under a fresh name and renamed into place (internal/hostfile). A report lost
+	// after a long run is a run lost, so an unwritable one is refused here.
+	var out postRun
+	defer out.close()
+	for _, f := range []struct {
+		flag, path string
+		dest       **hostfile.Dest
+	}{{"--report", sf.report, &out.report}, {"--patch", sf.patch, &out.patch}} {
+		if f.path == "" {
+			continue
 		}
+		d, err := hostfile.Open(f.path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.flag, err)
+		}
+		*f.dest = d
 	}
 
 	remote := cfg.Sandbox.Backend == "kubernetes" || (cfg.Sandbox.Backend == "docker" && cfg.Sandbox.Docker.Mode == "internal")
@@ -188,11 +218,13 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 			cfg.Log.Level = "warn"
 			log = newLogger(cfg, os.Stderr)
 		}
+		stdout, stderr, done := commandOutput(sf.rawOutput)
+		defer done()
 		if cfg.Sandbox.Backend == "docker" {
-			return runDockerInternal(ctx, cfg, o, args, sf.report, log, os.Stdin, os.Stdout, os.Stderr)
+			return runDockerInternal(ctx, cfg, o, args, out.report, log, os.Stdin, stdout, stderr)
 		}
-		return runKubernetes(ctx, cfg, o, args, sf.report, log, kubeRun{
-			connect: kubernetes.Connect, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr})
+		return runKubernetes(ctx, cfg, o, args, out.report, log, kubeRun{
+			connect: kubernetes.Connect, stdin: os.Stdin, stdout: stdout, stderr: stderr})
 	}
 	if cfg.Sandbox.Backend == "docker" {
 		if cfg.Sandbox.Image == "" {
@@ -264,11 +296,12 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	spanCtx, span := telemetry.StartSandboxSpan(ctx, s.telemetry.Tracer(), sb.ID(), o.Labels)
 	s.telemetry.Metrics().SandboxStarted(spanCtx)
 	fan.observe(sb.ID(), sb.Observe)
-	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
-	var patchErr error
-	if sf.patch != "" {
+	stdout, stderr, done := commandOutput(sf.rawOutput)
+	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
+	done()
+	if out.patch != nil {
 		// Before Close: the copy-on-write layer goes with the sandbox.
-		patchErr = writePatch(sb, sf.patch)
+		out.writePatch(sb, os.Stderr)
 	}
 	closeErr := sb.Close(context.Background())
 	s.telemetry.Metrics().SandboxEnded(spanCtx)
@@ -279,20 +312,9 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		errClass = "timeout"
 	}
 	telemetry.EndSpan(span, errClass)
-	if sf.report != "" {
-		b, err := json.MarshalIndent(sb.Report(), "", "  ")
-		if err == nil {
-			err = os.WriteFile(sf.report, append(b, '\n'), 0o600)
-		}
-		if err != nil {
-			return fmt.Errorf("--report: %w", err)
-		}
-	}
+	out.writeReport(sb, os.Stderr)
 	if runErr != nil {
 		return fmt.Errorf("run: %w", runErr)
-	}
-	if patchErr != nil {
-		return fmt.Errorf("--patch: %w", patchErr)
 	}
 	if closeErr != nil {
 		log.Error("sandbox cleanup", "err", closeErr)
@@ -306,44 +328,112 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	return nil
 }
 
-// checkWritable says whether a file can be written at path later (its directory exists
-// and is writable, and path is not a directory); "" is fine.
-func checkWritable(path string) error {
-	if path == "" {
-		return nil
+// hostBounds sets the bounds on host-wide kernel tables and disk from the config and the
+// flags (which win); a value given must be positive.
+func hostBounds(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, o *sandbox.Options) error {
+	c := cfg.Sandbox
+	for _, b := range []struct {
+		flag, key string
+		conf      int
+		val       int64
+		dst       *int64
+	}{
+		{"nofile", "sandbox.nofile", c.Nofile, sf.nofile, &o.Nofile},
+		{"ptys", "sandbox.ptys", c.Ptys, sf.ptys, &o.Ptys},
+		{"inodes", "sandbox.inodes", c.Inodes, sf.inodes, &o.Inodes},
+	} {
+		switch {
+		case cmd.Flags().Changed(b.flag):
+			if b.val <= 0 {
+				return fmt.Errorf("--%s %d: want a positive number", b.flag, b.val)
+			}
+			*b.dst = b.val
+		case b.conf < 0:
+			return fmt.Errorf("%s: %d: want a positive number", b.key, b.conf)
+		default:
+			*b.dst = int64(b.conf)
+		}
 	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory", path)
+	disk, what := c.Disk, "sandbox.disk"
+	if cmd.Flags().Changed("disk") {
+		disk, what = sf.disk, "--disk"
 	}
-	dir := filepath.Dir(path)
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("cannot write %s: %s is not a directory", path, dir)
-	}
-	if err := unix.Access(dir, unix.W_OK); err != nil {
-		return fmt.Errorf("cannot write %s: directory %s: %w", path, dir, err)
+	if disk != "" {
+		n, err := sandbox.ParseSize(disk)
+		if err == nil && n < 16<<20 {
+			err = fmt.Errorf("%s: at least 16M", disk)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		o.Disk = n
 	}
 	return nil
 }
 
-// writePatch writes the sandbox's copy-on-write changes to path (an empty file when there
-// are none).
-func writePatch(sb *sandbox.Sandbox, path string) error {
-	p, err := sb.Patch()
-	if err != nil && !errors.Is(err, sandbox.ErrPatchIncomplete) {
-		return err
+// commandOutput is where a sandboxed command's output goes: airlock's stdout and stderr,
+// through a filter that drops escape sequences acting beyond the screen (internal/termsafe)
+// unless raw. done ends the filtered streams (an incomplete sequence at the end is dropped).
+func commandOutput(raw bool) (stdout, stderr io.Writer, done func()) {
+	if raw {
+		return os.Stdout, os.Stderr, func() {}
 	}
-	if werr := os.WriteFile(path, p, 0o600); werr != nil {
-		return werr
+	o, e := termsafe.NewWriter(os.Stdout), termsafe.NewWriter(os.Stderr)
+	return o, e, func() {
+		o.Close()
+		e.Close()
+	}
+}
+
+// postRun is what airlock writes on the host once the command has run. Its failures and
+// shortfalls are said on stderr, never silently, and never change the exit status, which
+// stays the command's.
+type postRun struct {
+	report, patch *hostfile.Dest
+}
+
+func (p *postRun) close() {
+	p.report.Close()
+	p.patch.Close()
+}
+
+// writeReport writes the run report, if one was asked for; call it after Close.
+func (p *postRun) writeReport(sb *sandbox.Sandbox, stderr io.Writer) {
+	if p.report == nil {
+		return
+	}
+	rep := sb.Report()
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err == nil {
+		err = p.report.WriteFile(append(b, '\n'))
 	}
 	if err != nil {
-		// The patch is written; what it could not carry is said, not lost silently.
-		fmt.Fprintf(os.Stderr, "airlock: --patch %s: %v\n", path, err)
+		fmt.Fprintf(stderr, "airlock: --report: not written: %s\n", termsafe.Text(err.Error()))
+		return
 	}
-	return nil
+	if rep.ChangesIncomplete != "" {
+		fmt.Fprintf(stderr, "airlock: --report %s: the change listing is incomplete: %s\n",
+			termsafe.Text(p.report.Path()), termsafe.Text(rep.ChangesIncomplete))
+	}
+}
+
+// writePatch writes the sandbox's copy-on-write changes (an empty file when there are
+// none); what the patch could not carry is named in it and said on stderr.
+func (p *postRun) writePatch(sb *sandbox.Sandbox, stderr io.Writer) {
+	pend, err := p.patch.Create()
+	if err == nil {
+		perr := sb.WritePatch(pend)
+		if perr != nil && !errors.Is(perr, sandbox.ErrPatchIncomplete) {
+			pend.Abort()
+			err = perr
+		} else if err = pend.Commit(); err == nil && perr != nil {
+			// The patch is written; what it could not carry is said, not lost silently.
+			fmt.Fprintf(stderr, "airlock: --patch %s: %s\n", termsafe.Text(p.patch.Path()), termsafe.Text(perr.Error()))
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock: --patch: not written: %s\n", termsafe.Text(err.Error()))
+	}
 }
 
 // caBundle is the system roots plus airlock's CA: what a sandbox trusts.

@@ -14,6 +14,11 @@ type SandboxConfig struct {
 	Memory  string        `yaml:"memory"`
 	Pids    int           `yaml:"pids"`
 	CPUs    float64       `yaml:"cpus"`
+	// Bounds on host-wide kernel tables and disk (flags --nofile, --ptys, --inodes, --disk).
+	Nofile int    `yaml:"nofile"`
+	Ptys   int    `yaml:"ptys"`
+	Inodes int    `yaml:"inodes"`
+	Disk   string `yaml:"disk"`
 	// Docker configures --backend docker.
 	Docker DockerConfig `yaml:"docker"`
 	// Kubernetes configures --backend kubernetes.

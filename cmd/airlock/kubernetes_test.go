@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/airlock-proxy/airlock/internal/hostfile"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
 )
@@ -113,9 +114,12 @@ func TestKubernetesRun(t *testing.T) {
 	ex := &localExecer{t: t, client: cluster, dir: t.TempDir()}
 	var stdout, stderr bytes.Buffer
 	report := filepath.Join(home, "report.json")
+	dest, err := hostfile.Open(report)
+	must(t, err)
+	defer dest.Close()
 	o := sandbox.Options{ID: "sbx-k8s-run", Labels: map[string]string{"task": "triage"}}
-	err := runKubernetes(context.Background(), cfg, o,
-		[]string{"sh", "-c", `curl -sS -o /dev/null -w '%{http_code}' "$0/ok"; exit 3`, up}, report, nil,
+	err = runKubernetes(context.Background(), cfg, o,
+		[]string{"sh", "-c", `curl -sS -o /dev/null -w '%{http_code}' "$0/ok"; exit 3`, up}, dest, nil,
 		kubeRun{connect: func(string) (k8s.Interface, *rest.Config, error) { return cluster, nil, nil },
 			execer: ex, stdout: &stdout, stderr: &stderr})
 	var ec exitCode
@@ -181,7 +185,7 @@ func TestKubernetesRunErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := kubeConfig(t, home, tt.yaml)
 			var stderr bytes.Buffer
-			err := runKubernetes(context.Background(), cfg, sandbox.Options{ID: "sbx-err"}, []string{"true"}, "", nil,
+			err := runKubernetes(context.Background(), cfg, sandbox.Options{ID: "sbx-err"}, []string{"true"}, nil, nil,
 				kubeRun{connect: tt.connect, execer: &localExecer{}, stdout: &stderr, stderr: &stderr})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("runKubernetes: %v, want an error mentioning %q", err, tt.want)

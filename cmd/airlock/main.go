@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/internal/redact"
+	"github.com/airlock-proxy/airlock/internal/termsafe"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -32,10 +33,12 @@ func main() {
 	case err != nil && (errors.As(err, &se) || errors.As(context.Cause(ctx), &se)):
 		// Stopped by a signal: the command cleaned up (a sandbox is destroyed, its
 		// credentials revoked); exit as a shell reports a signal, 128+n.
-		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %s\n", se, errorText(err))
+		fmt.Fprintf(os.Stderr, "airlock: stopped by %s: %s\n", se, termsafe.Text(errorText(err)))
 		os.Exit(128 + int(se.sig))
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "airlock:", errorText(err))
+		// Errors may carry a sandbox's bytes (file names, its messages): quoted, so that
+		// they can neither act on the terminal nor forge a line.
+		fmt.Fprintln(os.Stderr, "airlock:", termsafe.Text(errorText(err)))
 		os.Exit(1)
 	}
 }

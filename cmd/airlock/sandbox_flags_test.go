@@ -36,6 +36,13 @@ func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 		{[]string{"--report", os.TempDir()}, "is a directory"},
 		{[]string{"--patch", "/nonexistent/p.diff", "--workspace", ".:cow"}, "--patch: cannot write"},
 		{[]string{"--patch", "out.json", "--report", "./out.json", "--workspace", ".:cow"}, "name the same file"},
+		{[]string{"--nofile", "0"}, "--nofile 0"},
+		{[]string{"--ptys", "-1"}, "--ptys -1"},
+		{[]string{"--inodes", "0"}, "--inodes 0"},
+		{[]string{"--disk", "1k"}, "--disk: 1k: at least 16M"},
+		{[]string{"--disk", "lots"}, "--disk"},
+		{[]string{"--disk", "1G", "--workspace", "."}, "a read-write workspace writes the host directory itself"},
+		{[]string{"--nofile", "1000000", "--pids", "1000"}, "quarter of the host's file table"},
 	} {
 		root := newRoot()
 		args := append([]string{"sandbox", "run", "--config", cfg}, tt.flags...)

@@ -28,7 +28,9 @@ type spec struct {
 // caFile is the host file holding o.CABundle ("" when there is none); network is the
 // sandbox's internal network ("" means --network none) and resolver the proxy container's
 // address on it.
-func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver string) (spec, error) {
+// ptsDir is the host directory holding a sandbox's private devpts instance ("" for
+// Docker's own, which has no max: see instance.mountPts).
+func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, ptsDir string) (spec, error) {
 	if o.WorkspaceMode == sandbox.WorkspaceCoW && o.Workspace != "" {
 		return spec{}, fmt.Errorf("workspace mode cow: not supported by the docker backend (use rw or ro)")
 	}
@@ -39,7 +41,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver str
 	}
 	init := true
 	pids := o.Pids
-	tmp := "rw,nosuid,nodev,size=" + strconv.FormatInt(o.TmpSize, 10)
+	tmp := "rw,nosuid,nodev,size=" + strconv.FormatInt(o.TmpSize, 10) + ",nr_inodes=" + strconv.FormatInt(o.Inodes, 10)
 	cfg := &container.Config{
 		Image:      b.opts.Image,
 		User:       user,
@@ -62,12 +64,16 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver str
 		Tmpfs: map[string]string{
 			"/tmp":          tmp,
 			sandbox.HomeDir: tmp + ",uid=" + uidOf(user) + ",gid=" + gidOf(user),
+			// In place of Docker's /dev/shm, whose inodes are not bounded.
+			"/dev/shm": "rw,nosuid,nodev,noexec,mode=1777,size=64m,nr_inodes=" + strconv.FormatInt(min(o.Inodes, 16384), 10),
 		},
 		Resources: container.Resources{
 			Memory:    o.Memory,
 			PidsLimit: &pids,
 			NanoCPUs:  int64(o.CPUs * 1e9),
+			Ulimits:   []*container.Ulimit{{Name: "nofile", Soft: o.Nofile, Hard: o.Nofile}},
 		},
+		MaskedPaths:   maskedPaths(),
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
 	if o.Memory > 0 {
@@ -102,6 +108,10 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver str
 			return spec{}, err
 		}
 		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: p, Target: p, ReadOnly: true})
+	}
+	if ptsDir != "" {
+		// Replaces Docker's devpts (runc links /dev/ptmx to pts/ptmx).
+		host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind, Source: ptsDir, Target: "/dev/pts"})
 	}
 	if caFile != "" {
 		host.Mounts = append(host.Mounts, mount.Mount{
@@ -166,3 +176,13 @@ func gidOf(user string) string {
 }
 
 func containerName(id string) string { return "airlock-" + id }
+
+// maskedPaths are Docker's default masked paths and the native backend's /proc masks (the
+// list given replaces Docker's).
+func maskedPaths() []string {
+	paths := []string{"/proc/interrupts", "/sys/firmware", "/sys/devices/virtual/powercap"}
+	for _, name := range append(append([]string(nil), sandbox.MaskedProcFiles...), sandbox.MaskedProcDirs...) {
+		paths = append(paths, "/proc/"+name)
+	}
+	return paths
+}

@@ -39,7 +39,7 @@ func TestSpecBoundary(t *testing.T) {
 	b := testBackend(t, Options{})
 	ws := t.TempDir()
 	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-1", Workspace: ws, WorkspaceMode: sandbox.WorkspaceRO,
-		Memory: 64 << 20, Pids: 77, CPUs: 1.5, TmpSize: 1 << 20}, "/state/ca.pem", "", "")
+		Memory: 64 << 20, Pids: 77, CPUs: 1.5, TmpSize: 1 << 20, Nofile: 99, Inodes: 500}, "/state/ca.pem", "", "", "/state/pts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +58,10 @@ func TestSpecBoundary(t *testing.T) {
 		{"memory", h.Memory == 64<<20 && h.MemorySwap == 64<<20},
 		{"pids", h.PidsLimit != nil && *h.PidsLimit == 77},
 		{"cpus", h.NanoCPUs == 1_500_000_000},
+		{"nofile", len(h.Ulimits) == 1 && h.Ulimits[0].Name == "nofile" && h.Ulimits[0].Soft == 99 && h.Ulimits[0].Hard == 99},
+		{"tmpfs inodes", strings.Contains(h.Tmpfs["/tmp"], "nr_inodes=500") && strings.Contains(h.Tmpfs[sandbox.HomeDir], "nr_inodes=500") &&
+			strings.Contains(h.Tmpfs["/dev/shm"], "nr_inodes=500")},
+		{"/proc masked", slices.Contains(h.MaskedPaths, "/proc/cmdline") && slices.Contains(h.MaskedPaths, "/proc/kcore")},
 		{"tmp sized", strings.Contains(h.Tmpfs["/tmp"], "size=1048576")},
 		{"home sized and owned", strings.Contains(h.Tmpfs[sandbox.HomeDir], "size=1048576") && strings.Contains(h.Tmpfs[sandbox.HomeDir], "uid=1000")},
 		{"non-root user", c.User == DefaultUser},
@@ -72,6 +76,7 @@ func TestSpecBoundary(t *testing.T) {
 	}
 	wantMounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: ws, Target: sandbox.WorkspaceDir, ReadOnly: true},
+		{Type: mount.TypeBind, Source: "/state/pts", Target: "/dev/pts"},
 		{Type: mount.TypeBind, Source: "/state/ca.pem", Target: sandbox.CABundlePath, ReadOnly: true},
 	}
 	if !slices.Equal(h.Mounts, wantMounts) {
@@ -86,7 +91,7 @@ func TestSpecBoundary(t *testing.T) {
 
 func TestSpecInternalNetworkAndRW(t *testing.T) {
 	b := testBackend(t, Options{User: "2000:3000", Runtime: "runsc"})
-	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-2", Workspace: t.TempDir(), WorkspaceMode: sandbox.WorkspaceRW, Pids: 5, TmpSize: 10}, "", "airlock-sbx-2", "172.30.0.2")
+	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-2", Workspace: t.TempDir(), WorkspaceMode: sandbox.WorkspaceRW, Pids: 5, TmpSize: 10}, "", "airlock-sbx-2", "172.30.0.2", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +131,7 @@ func TestSpecRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := b.containerSpec(tt.o, "", "", "")
+			_, err := b.containerSpec(tt.o, "", "", "", "")
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one mentioning %q", err, tt.want)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 )
@@ -74,7 +75,11 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 	if in.proxyAddr != "" {
 		resolver, _, _ = net.SplitHostPort(in.proxyAddr)
 	}
-	sp, err := b.containerSpec(o, caFile, in.network, resolver)
+	ptsDir, err := in.mountPts()
+	if err != nil {
+		return nil, err
+	}
+	sp, err := b.containerSpec(o, caFile, in.network, resolver, ptsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -180,10 +185,41 @@ func (in *instance) close(ctx context.Context) error {
 	if in.network != "" {
 		errs = append(errs, in.removeNetwork(ctx))
 	}
-	if err := os.RemoveAll(in.dir); err != nil {
+	if err := unmountPts(in.dir); err != nil {
+		errs = append(errs, err)
+	} else if err := os.RemoveAll(in.dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// mountPts mounts the sandbox's private devpts instance, with at most Options.Ptys
+// terminals, in its state directory, for the container's /dev/pts: Docker's own devpts has
+// no max, and kernel.pty.max is shared by every container of the machine. That needs root
+// beside the daemon; elsewhere the container keeps Docker's devpts and the bound is not
+// enforced (said in the log).
+func (in *instance) mountPts() (string, error) {
+	if !in.b.local {
+		in.b.opts.Logger.Warn("the sandbox's pseudo-terminals are not bounded: a private devpts needs airlock as root beside the Docker daemon", "sandbox", in.opts.ID)
+		return "", nil
+	}
+	dir := filepath.Join(in.dir, "pts")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create devpts mount point: %w", err)
+	}
+	if err := unix.Mount("devpts", dir, "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, sandbox.DevptsOptions(in.opts.Ptys)); err != nil {
+		return "", fmt.Errorf("mount the sandbox's devpts: %w", err)
+	}
+	return dir, nil
+}
+
+// unmountPts unmounts a sandbox's devpts under its state directory dir, if mounted.
+func unmountPts(dir string) error {
+	err := unix.Unmount(filepath.Join(dir, "pts"), unix.MNT_DETACH)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return fmt.Errorf("unmount the sandbox's devpts: %w", err)
 }
 
 // ContainerID is the sandbox's container id ("" before it was created).

@@ -65,7 +65,9 @@ func (b *Backend) RemoveLeftovers(ctx context.Context) (int, error) {
 		}
 		n++
 		if id := c.Labels[Label]; id != "" && !strings.ContainsAny(id, "/.") {
-			_ = os.RemoveAll(filepath.Join(b.opts.StateDir, id))
+			if unmountPts(filepath.Join(b.opts.StateDir, id)) == nil {
+				_ = os.RemoveAll(filepath.Join(b.opts.StateDir, id))
+			}
 		}
 	}
 	ns, err := b.cli.NetworkList(ctx, network.ListOptions{Filters: f})

@@ -3,6 +3,11 @@
 // image has no python.
 //
 //	probe tcp HOST:PORT | udp HOST:PORT | unix PATH | dns NAME | socket FAMILY TYPE [PROTO] | ptrace PID
+//	probe fill fds|ptys MAX [hold]
+//
+// fill opens files (/dev/null) or pseudo-terminals (/dev/ptmx) until MAX or an error, after
+// trying to raise its open-file limit, prints "AT-BOUND COUNT ERRNO SOFT HARD RAISED" and,
+// with hold, sleeps holding them.
 package main
 
 import (
@@ -16,6 +21,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 4 && os.Args[1] == "fill" {
+		fill(os.Args[2], os.Args[3], len(os.Args) > 4 && os.Args[4] == "hold")
+		return
+	}
 	if len(os.Args) < 3 {
 		fmt.Fprintln(os.Stderr, "usage: probe tcp|udp|unix|dns|socket|ptrace ARG...")
 		os.Exit(2)
@@ -81,4 +90,35 @@ func probe(kind string, args []string) error {
 		return syscall.PtraceDetach(pid)
 	}
 	return fmt.Errorf("unknown probe %q", kind)
+}
+
+func fill(kind, maxArg string, hold bool) {
+	limit, _ := strconv.Atoi(maxArg)
+	var lim syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	soft, hard := lim.Cur, lim.Max
+	raised := "kept"
+	up := syscall.Rlimit{Cur: hard * 2, Max: hard * 2}
+	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &up) == nil {
+		raised = "raised"
+	}
+	path := os.DevNull
+	if kind == "ptys" {
+		path = "/dev/ptmx"
+	}
+	n, errno := 0, 0
+	for n < limit {
+		if _, err := syscall.Open(path, syscall.O_RDWR|syscall.O_NOCTTY, 0); err != nil {
+			if e, ok := err.(syscall.Errno); ok {
+				errno = int(e)
+			}
+			break
+		}
+		n++
+	}
+	fmt.Println("AT-BOUND", n, errno, soft, hard, raised)
+	if hold {
+		// pause(2): a timer would need the runtime's epoll descriptor, and none is left.
+		syscall.Syscall(syscall.SYS_PAUSE, 0, 0, 0)
+	}
 }
