@@ -17,8 +17,8 @@ import (
 
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/audit"
-	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/internal/hostfile"
+	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/internal/termsafe"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
