@@ -9,7 +9,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/rego"
 )
@@ -259,7 +261,9 @@ func TestQueryThroughTheProxy(t *testing.T) {
 			case tt.sent != "" && got.RequestURI != tt.sent:
 				t.Errorf("%s ?%s: the upstream received %s, want %s", base, tt.query, got.RequestURI, tt.sent)
 			}
-			evs := e.audit.Since(n)
+			evs := e.audit.WaitSince(n, 5*time.Second, func(evs []audit.Event) bool {
+				return len(evs) > 0 && evs[len(evs)-1].Rule == tt.rule
+			})
 			if len(evs) == 0 || evs[len(evs)-1].Rule != tt.rule {
 				t.Errorf("%s ?%s: audit events %+v, want one with rule %s", base, tt.query, evs, tt.rule)
 			}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlock-proxy/airlock/audit"
 )
@@ -134,4 +135,18 @@ func (r *Recorder) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.ev)
+}
+
+// WaitSince returns what was recorded after the first n events once ok accepts it, or
+// what there is after d. An allowed request's event is recorded when the proxy closes the
+// upstream body, which can be just after the client has read the whole response.
+func (r *Recorder) WaitSince(n int, d time.Duration, ok func([]audit.Event) bool) []audit.Event {
+	deadline := time.Now().Add(d)
+	for {
+		evs := r.Since(n)
+		if ok(evs) || time.Now().After(deadline) {
+			return evs
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
