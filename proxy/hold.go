@@ -30,14 +30,17 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 	}
 	sandbox := st.id.ID
 	if v := p.held.enter(sandbox); v != budgetOK {
+		p.discardBody(r)
 		return p.overBudget(v, sandbox, 0)
 	}
 	var reserved int64
-	defer func() { p.held.leave(sandbox, reserved) }()
 	body, f := p.readHeld(r, sandbox, dec, &reserved)
 	if f != nil {
+		p.held.leave(sandbox, reserved)
+		p.discardBody(r)
 		return f
 	}
+	defer p.held.leave(sandbox, reserved)
 
 	forwardForm(r.Header, p.gp.KeepAcceptEncoding)
 	target := forwardedURL(r.URL)
@@ -175,6 +178,17 @@ func (p *Proxy) readHeld(r *http.Request, sandbox string, dec rego.Decision, res
 		}
 	}
 	return buf.Bytes(), nil
+}
+
+// discardBody reads what is left of a refused request's body, up to the body limit, into
+// nothing (no memory is kept) before the refusal is written: a client that sends its whole
+// body before reading the answer (Connection: close, as Python's urllib sends) would
+// otherwise have its connection reset mid-send and never see the refusal. A longer body is
+// left to the server, which drops the connection.
+func (p *Proxy) discardBody(r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		_, _ = io.CopyN(io.Discard, r.Body, p.opts.Limits.MaxBodyBytes)
+	}
 }
 
 // overBudget is the refusal for a sandbox at one of its held-request bounds.

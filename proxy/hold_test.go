@@ -310,8 +310,9 @@ func TestHoldBudgets(t *testing.T) {
 		t.Errorf("sbx-b's held request while sbx-a is at its bounds: got %d %s, want 200", r.status, r.body)
 	}
 
-	// Decide a2: sbx-a has one waiting (40 KiB); 30 KiB more would pass its 64 KiB, refused
-	// with 413 before the body is read: inside a tunnel, the answer comes to headers alone.
+	// Decide a2: sbx-a has one waiting (40 KiB); 30 KiB more would pass its 64 KiB: refused
+	// with 413 before any of it is buffered. A client that sends its whole body before
+	// reading, on a connection it closes (as Python's urllib does), still reads the 413.
 	for _, rec := range waitPending(t, svc, 2) {
 		if strings.Contains(rec.URL, "tag=a2") {
 			svc.Decide(ctx, rec.ID, approval.StateDenied, "oncall", "")
@@ -321,10 +322,10 @@ func TestHoldBudgets(t *testing.T) {
 	waitPending(t, svc, 1)
 	target := strings.TrimPrefix(e.https.URL, "https://")
 	tc := e.rawTunnel(t, target, "sbx-a", tokA)
-	fmt.Fprintf(tc, "POST /write?tag=a4 HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n", target, 30<<10)
+	fmt.Fprintf(tc, "POST /write?tag=a4 HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", target, 30<<10, bytes.Repeat([]byte("y"), 30<<10))
 	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
 	if err != nil {
-		t.Fatalf("no answer before the body was sent: %v", err)
+		t.Fatalf("no answer to a whole body sent before reading: %v", err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("X-Airlock-Rule") != "limits.held_bytes" {
