@@ -8,6 +8,7 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -59,7 +60,7 @@ func (s *Service) renderLogin(w http.ResponseWriter, status int, msg string) {
 	pageHeaders(w, n)
 	w.WriteHeader(status)
 	_ = s.pages.ExecuteTemplate(w, "login.html", map[string]any{"Nonce": n, "Error": msg,
-		"Hours": int(s.cfg.SessionTTL.D().Hours())})
+		"TTL": humanDuration(s.cfg.SessionTTL.D())})
 }
 
 func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) error {
@@ -95,7 +96,11 @@ func (s *Service) login(w http.ResponseWriter, r *http.Request) error {
 		if s.approverNames[name] {
 			s.logins.fail(who, now) // unknown names are not tracked: they would only fill the table
 		}
-		s.log.Info("approval page sign-in failed", "addr", clientAddr(r), "name", name)
+		logged := "(not an approver's name)" // what was typed may be a token pasted in the wrong box
+		if s.approverNames[name] {
+			logged = name
+		}
+		s.log.Info("approval page sign-in failed", "addr", clientAddr(r), "name", logged)
 		s.renderLogin(w, http.StatusForbidden, "That name and token are not an approver's.")
 		return nil
 	}
@@ -136,6 +141,17 @@ func (s *Service) secureCookie(r *http.Request) bool {
 func clearCookie(w http.ResponseWriter, _ *http.Request, secure bool) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true,
 		Secure: secure, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+}
+
+// humanDuration writes d as "12 hours" or "30 minutes" for the sign-in page.
+func humanDuration(d time.Duration) string {
+	if d >= time.Hour && d%time.Hour == 0 {
+		if d == time.Hour {
+			return "1 hour"
+		}
+		return strconv.Itoa(int(d/time.Hour)) + " hours"
+	}
+	return strconv.Itoa(int(max(d/time.Minute, 1))) + " minutes"
 }
 
 // pageData is what templates/page.html shows.

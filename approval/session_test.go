@@ -1,7 +1,9 @@
 package approval
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -167,6 +169,10 @@ func TestSessionCookieSecure(t *testing.T) {
 	}
 }
 
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
 // serve runs one request through h with a chosen client address.
 func serve(h http.Handler, addr, method, target string, hdr map[string]string, body string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(method, target, strings.NewReader(body))
@@ -190,12 +196,30 @@ var formHeader = map[string]string{"Content-Type": "application/x-www-form-urlen
 // window ends; other addresses and names are unaffected; wrong bearer tokens count too.
 func TestLoginThrottle(t *testing.T) {
 	clock := &testClock{now: time.Now()}
+	var logs bytes.Buffer
+	var logMu sync.Mutex
 	s := newTestService(t, storeKinds()[0].dsn(t), Config{Approvers: approverFiles(t, map[string]string{"oncall": oncallToken, "second": secondToken})},
-		func(o *Options) { o.Now = clock.Now })
+		func(o *Options) {
+			o.Now = clock.Now
+			o.Logger = slog.New(slog.NewJSONHandler(writerFunc(func(b []byte) (int, error) {
+				logMu.Lock()
+				defer logMu.Unlock()
+				return logs.Write(b)
+			}), nil))
+		})
 	h := s.Handler()
 	login := func(addr, name, tok string) *httptest.ResponseRecorder {
 		return serve(h, addr, "POST", "/approvals/login", formHeader, loginForm(name, tok))
 	}
+	// A token typed into the name box is never logged.
+	if w := login("203.0.113.200", oncallToken, "x"); w.Code != http.StatusForbidden {
+		t.Errorf("token in the name box: got %d, want 403", w.Code)
+	}
+	logMu.Lock()
+	if strings.Contains(logs.String(), oncallToken) || !strings.Contains(logs.String(), "sign-in failed") {
+		t.Errorf("sign-in log: %s; want the failure logged without the token", logs.String())
+	}
+	logMu.Unlock()
 
 	// Per address: 10 wrong tokens (for unknown names) from one address.
 	for i := range loginFailures {
