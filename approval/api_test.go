@@ -203,7 +203,7 @@ func TestAPIPageForms(t *testing.T) {
 	for _, form := range []url.Values{
 		{"name": {"oncall"}, "token": {"wrong-token-wrong-token"}},
 		{"name": {"second"}, "token": {oncallToken}}, // someone else's name
-		{"token": {oncallToken}},                     // no name
+		{"token": {"wrong-token-wrong-token"}},       // no name, wrong token
 	} {
 		resp, err := hc.PostForm(f.srv.URL+"/approvals/login", form)
 		if err != nil {
@@ -214,7 +214,7 @@ func TestAPIPageForms(t *testing.T) {
 			t.Errorf("login with %v: got %d, want 403", form["name"], resp.StatusCode)
 		}
 	}
-	resp, err := hc.PostForm(f.srv.URL+"/approvals/login", url.Values{"name": {"oncall"}, "token": {oncallToken}})
+	resp, err := hc.PostForm(f.srv.URL+"/approvals/login", url.Values{"token": {oncallToken}}) // the name is optional
 	if err != nil {
 		t.Fatal(err)
 	}

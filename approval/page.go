@@ -68,9 +68,10 @@ func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// login exchanges an approver's name and token for a page session: an opaque random id in
-// an HttpOnly cookie, recorded (hashed, with its expiry) in the store. Failed attempts are
-// counted per client address and per approver name; too many → 429 with Retry-After.
+// login exchanges an approver's token (and, optionally, name: then it must be the token's)
+// for a page session: an opaque random id in an HttpOnly cookie, recorded (hashed, with its
+// expiry) in the store. Failed attempts are counted per client address and per approver name
+// given; too many → 429 with Retry-After.
 func (s *Service) login(w http.ResponseWriter, r *http.Request) error {
 	if err := r.ParseForm(); err != nil {
 		var me *http.MaxBytesError
@@ -91,6 +92,9 @@ func (s *Service) login(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	got, ok := s.authenticate(tok)
+	if ok && name == "" {
+		name, who = got, "name:"+got // the name is optional: the token says whose it is
+	}
 	if !ok || got != name {
 		s.logins.fail(addr, now)
 		if s.approverNames[name] {
