@@ -20,11 +20,14 @@ import (
 //	GET  /v1/approvals?state=pending&limit=N   {"approvals": [Record…]}
 //	GET  /v1/approvals/stream                  server-sent events "created" / "decided"
 //	GET  /v1/approvals/{id}                    Record
-//	POST /v1/approvals/{id}/approve|deny       {"by","comment"} (JSON) or the page's form → Record
+//	GET  /v1/approvals/{id}/body               the exact held body (a download)
+//	POST /v1/approvals/{id}/approve|deny|cancel {"by","comment"} (JSON) or the page's form → Record
 //	GET  /approvals                            the web page; POST /approvals/login, /approvals/logout
 //
-// Every route but the login form needs an approver token (Authorization: Bearer, or the
-// page's HttpOnly cookie); requests carrying Proxy-Authorization are refused.
+// Every route but the login form needs an approver token (Authorization: Bearer) or a page
+// session (its HttpOnly cookie); requests carrying Proxy-Authorization are refused. Request
+// bodies are bounded; failed tokens and sign-ins are throttled per client address (and
+// sign-ins per approver name) with 429 and Retry-After.
 func (s *Service) Handler() http.Handler {
 	r := chi.NewRouter()
 	s.Routes(r)
@@ -36,18 +39,40 @@ func (s *Service) Routes(r chi.Router) {
 	r.Group(func(r chi.Router) {
 		r.Use(refuseProxyAuth)
 		r.Get("/approvals/login", s.handle(s.loginPage))
-		r.Post("/approvals/login", s.handle(s.login))
-		r.Post("/approvals/logout", s.handle(s.logout))
+		r.With(limitBody(maxLoginBody)).Post("/approvals/login", s.handle(s.login))
+		r.With(limitBody(maxLoginBody)).Post("/approvals/logout", s.handle(s.logout))
 		r.Group(func(r chi.Router) {
-			r.Use(s.requireApprover)
+			r.Use(limitBody(maxAPIBody), s.requireApprover)
 			r.Get("/approvals", s.handle(s.page))
 			r.Get("/v1/approvals", s.handle(s.list))
 			r.Get("/v1/approvals/stream", s.handle(s.stream))
 			r.Get("/v1/approvals/{id}", s.handle(s.get))
+			r.Get("/v1/approvals/{id}/body", s.handle(s.body))
 			r.Post("/v1/approvals/{id}/approve", s.handle(s.decideHandler(StateApproved)))
 			r.Post("/v1/approvals/{id}/deny", s.handle(s.decideHandler(StateDenied)))
+			r.Post("/v1/approvals/{id}/cancel", s.handle(s.decideHandler(StateCancelled)))
 		})
 	})
+}
+
+// Request body bounds: the sign-in form (a name and a token) and everything else (a comment).
+const (
+	maxLoginBody = 4 << 10
+	maxAPIBody   = 64 << 10
+)
+
+// limitBody bounds the request body: reading past n fails (the handler answers 413).
+func limitBody(n int64) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > n {
+				writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("request body larger than %d bytes", n)})
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, n)
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // httpError is an error with the status and text the client gets.
@@ -69,9 +94,16 @@ func (s *Service) handle(h func(http.ResponseWriter, *http.Request) error) http.
 		if err == nil {
 			return
 		}
-		var he *httpError
+		var (
+			he *httpError
+			me *http.MaxBytesError
+		)
 		switch {
 		case errors.As(err, &he):
+		case errors.As(err, &me):
+			he = &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", me.Limit)}
+		case errors.Is(err, ErrBodyGone):
+			he = &httpError{http.StatusGone, "the body of " + strconv.Quote(chi.URLParam(r, "id")) + " is not kept: the request expired, or its agent went away, before anyone decided"}
 		case errors.Is(err, ErrNotFound):
 			he = &httpError{http.StatusNotFound, "no approval with id " + strconv.Quote(chi.URLParam(r, "id"))}
 		case errors.Is(err, ErrDecided):
@@ -116,11 +148,18 @@ type approverKey struct{}
 // approverName is the authenticated approver of a request that passed requireApprover.
 func approverName(ctx context.Context) string { n, _ := ctx.Value(approverKey{}).(string); return n }
 
-// requireApprover authenticates the approver: no token → 401, a wrong token → 403, a
-// cookie-authenticated POST without the page's CSRF token → 403.
+// requireApprover authenticates the approver: no credential → 401, a wrong token → 403, an
+// ended session → 401 (the page: the sign-in form), a cookie-authenticated POST without the
+// session's CSRF token → 403. An address with too many failed tokens gets 429.
 func (s *Service) requireApprover(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		page := r.URL.Path == "/approvals"
+		addr := "addr:" + clientAddr(r)
+		if wait := s.logins.wait(addr, s.now()); wait > 0 {
+			w.Header().Set("Retry-After", retryAfter(wait))
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed approver tokens or sign-ins from this address; retry after " + retryAfter(wait) + "s"})
+			return
+		}
 		cred, ok := requestCredential(r)
 		if !ok {
 			if page {
@@ -131,25 +170,42 @@ func (s *Service) requireApprover(next http.Handler) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "approver token required: Authorization: Bearer <token>"})
 			return
 		}
-		name, ok := s.authenticate(cred.token)
-		if !ok {
-			if page && cred.cookie {
-				clearCookie(w, r)
-				s.renderLogin(w, http.StatusForbidden, "That token is not valid any more.")
+		var name string
+		if cred.cookie() {
+			n, live, err := s.session(r.Context(), cred.session)
+			if err != nil {
+				s.log.Error("approvals API: session lookup", "err", err)
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "approval store unavailable"})
 				return
 			}
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "token is not an approver's"})
-			return
-		}
-		if cred.cookie && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			got := r.Header.Get("X-CSRF-Token")
-			if got == "" {
-				got = r.PostFormValue("csrf")
-			}
-			if !constantEqual(got, csrfToken(cred.token)) {
-				writeJSON(w, http.StatusForbidden, map[string]string{"error": "missing or wrong CSRF token; reload the approvals page"})
+			if !live {
+				clearCookie(w, r, s.secureCookie(r))
+				if page {
+					s.renderLogin(w, http.StatusUnauthorized, "Your session has ended; sign in again.")
+					return
+				}
+				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the session has ended: sign in again, or use Authorization: Bearer <token>"})
 				return
 			}
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				got := r.Header.Get("X-CSRF-Token")
+				if got == "" {
+					got = r.PostFormValue("csrf")
+				}
+				if !constantEqual(got, csrfToken(cred.session)) {
+					writeJSON(w, http.StatusForbidden, map[string]string{"error": "missing or wrong CSRF token; reload the approvals page"})
+					return
+				}
+			}
+			name = n
+		} else {
+			n, ok := s.authenticate(cred.token)
+			if !ok {
+				s.logins.fail(addr, s.now())
+				writeJSON(w, http.StatusForbidden, map[string]string{"error": "token is not an approver's"})
+				return
+			}
+			name = n
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), approverKey{}, name)))
 	})
@@ -161,11 +217,9 @@ func isForm(r *http.Request) bool {
 }
 
 func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
-	f := ListFilter{State: r.URL.Query().Get("state")}
-	switch f.State {
-	case "", StatePending, StateApproved, StateDenied, StateExpired, StateCancelled:
-	default:
-		return errStatus(http.StatusBadRequest, "state: want pending, approved, denied, expired or cancelled, got %q", f.State)
+	f := ListFilter{State: State(r.URL.Query().Get("state"))}
+	if f.State != "" && !f.State.Valid() {
+		return errStatus(http.StatusBadRequest, "state: want pending, approved, denied, cancelled, expired or disconnected, got %q", f.State)
 	}
 	if l := r.URL.Query().Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -194,6 +248,27 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// body serves a record's exact body as a download, never as something a browser renders:
+// the sandbox chose those bytes.
+func (s *Service) body(w http.ResponseWriter, r *http.Request) error {
+	id := chi.URLParam(r, "id")
+	b, err := s.store.Body(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": id + ".body"}))
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Airlock-Body-Sha256", sha256Hex(b))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+	return nil
+}
+
 // DecideRequest is the JSON body of approve and deny. By is informational: the record's
 // decided_by is always the approver the token belongs to.
 type DecideRequest struct {
@@ -203,14 +278,25 @@ type DecideRequest struct {
 
 const maxComment = 4096
 
-func (s *Service) decideHandler(state string) func(http.ResponseWriter, *http.Request) error {
+func (s *Service) decideHandler(state State) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		var body DecideRequest
 		form := isForm(r)
 		if form {
+			if err := r.ParseForm(); err != nil {
+				var me *http.MaxBytesError
+				if errors.As(err, &me) {
+					return err
+				}
+				return errStatus(http.StatusBadRequest, "form: %v", err)
+			}
 			body.Comment = r.PostFormValue("comment")
 		} else if r.ContentLength != 0 {
-			if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+			if err := json.NewDecoder(r.Body).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+				var me *http.MaxBytesError
+				if errors.As(err, &me) {
+					return err
+				}
 				return errStatus(http.StatusBadRequest, "body: want JSON {\"by\": …, \"comment\": …}: %v", err)
 			}
 		}

@@ -54,6 +54,29 @@ func (f *apiFixture) hold(t *testing.T, body string) (Record, <-chan holdResult)
 	return nextCreated(t, f.ev), ch
 }
 
+// signIn logs in through the form and returns the session cookie's value.
+func (f *apiFixture) signIn(t *testing.T, name, tok string) string {
+	t.Helper()
+	return signInAt(t, f.srv.URL, name, tok)
+}
+
+func signInAt(t *testing.T, base, name, tok string) string {
+	t.Helper()
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.PostForm(base+"/approvals/login", url.Values{"name": {name}, "token": {tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == cookieName && c.Value != "" {
+			return c.Value
+		}
+	}
+	t.Fatalf("sign in as %s: got %d and no session cookie", name, resp.StatusCode)
+	return ""
+}
+
 func do(t *testing.T, method, u string, hdr map[string]string, body string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, u, strings.NewReader(body))
@@ -98,7 +121,9 @@ func TestAPIAuth(t *testing.T) {
 		{"sandbox credential on login", "POST", "/approvals/login",
 			map[string]string{"Proxy-Authorization": "Basic c2J4OnNlY3JldA==", "Content-Type": "application/x-www-form-urlencoded"}, 403},
 		{"cookie post without CSRF", "POST", "/v1/approvals/" + rec.ID + "/approve",
-			map[string]string{"Cookie": cookieName + "=" + oncallToken, "Content-Type": "application/x-www-form-urlencoded"}, 403},
+			map[string]string{"Cookie": cookieName + "=" + f.signIn(t, "oncall", oncallToken), "Content-Type": "application/x-www-form-urlencoded"}, 403},
+		{"raw token as the cookie", "GET", "/v1/approvals", map[string]string{"Cookie": cookieName + "=" + oncallToken}, 401},
+		{"raw token as the page cookie", "GET", "/approvals", map[string]string{"Cookie": cookieName + "=" + oncallToken}, 401},
 		{"valid token", "GET", "/v1/approvals/" + rec.ID, map[string]string{"Authorization": bearer}, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,15 +200,21 @@ func TestAPIPageForms(t *testing.T) {
 	jar, _ := cookiejar.New(nil)
 	hc := &http.Client{Jar: jar}
 
-	resp, err := hc.PostForm(f.srv.URL+"/approvals/login", url.Values{"token": {"wrong-token-wrong-token"}})
-	if err != nil {
-		t.Fatal(err)
+	for _, form := range []url.Values{
+		{"name": {"oncall"}, "token": {"wrong-token-wrong-token"}},
+		{"name": {"second"}, "token": {oncallToken}}, // someone else's name
+		{"token": {"wrong-token-wrong-token"}},       // no name, wrong token
+	} {
+		resp, err := hc.PostForm(f.srv.URL+"/approvals/login", form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("login with %v: got %d, want 403", form["name"], resp.StatusCode)
+		}
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Errorf("login with a wrong token: got %d, want 403", resp.StatusCode)
-	}
-	resp, err = hc.PostForm(f.srv.URL+"/approvals/login", url.Values{"token": {oncallToken}})
+	resp, err := hc.PostForm(f.srv.URL+"/approvals/login", url.Values{"token": {oncallToken}}) // the name is optional
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,20 +226,20 @@ func TestAPIPageForms(t *testing.T) {
 	if strings.Contains(string(page), "<script>alert(1)</script>") {
 		t.Error("page shows the body preview unescaped")
 	}
-	found := false
+	sid := ""
 	for _, c := range resp.Request.Response.Cookies() {
 		if c.Name == cookieName {
-			found = true
+			sid = c.Value
 			if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
 				t.Errorf("cookie: HttpOnly=%v SameSite=%v, want HttpOnly and Strict", c.HttpOnly, c.SameSite)
 			}
 		}
 	}
-	if !found {
-		t.Errorf("login set no %s cookie", cookieName)
+	if sid == "" {
+		t.Fatalf("login set no %s cookie", cookieName)
 	}
 
-	form := url.Values{"comment": {"wrong repo"}, "csrf": {csrfToken(oncallToken)}}
+	form := url.Values{"comment": {"wrong repo"}, "csrf": {csrfToken(sid)}}
 	resp, err = hc.PostForm(f.srv.URL+"/v1/approvals/"+rec.ID+"/deny", form)
 	if err != nil {
 		t.Fatal(err)

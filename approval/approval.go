@@ -11,19 +11,24 @@ type Request struct {
 	SandboxID string
 	Labels    map[string]string
 	Method    string
-	URL       string      // full URL; query secrets are redacted in what is stored
-	Header    http.Header // the headers the policy saw (no Authorization, Cookie, Proxy-*)
-	Body      []byte      // the exact bytes that are sent if approved
-	Rule      string
-	Reason    string
-	Creds     []string      // credential names, attached only after approval
-	Timeout   time.Duration // 0: the configured default
+	// URL is what is sent: scheme://host[:port] followed by the request target exactly as
+	// it goes on the wire (path and raw query). Shown to approvers as is.
+	URL string
+	// Header is every header that is forwarded if approved, names and values as sent (the
+	// sandbox's Cookie and Authorization included); only what airlock adds after approval
+	// (credentials) and hop-by-hop framing are not in it.
+	Header  http.Header
+	Body    []byte // the exact bytes that are sent if approved
+	Rule    string
+	Reason  string
+	Creds   []string      // credential names, attached only after approval
+	Timeout time.Duration // 0: the configured default
 }
 
 // Result is how a held request ended.
 type Result struct {
 	ID        string
-	State     string // approved, denied, expired, cancelled
+	State     State // approved, denied, cancelled, expired, disconnected
 	DecidedBy string
 	Comment   string
 	Waited    time.Duration

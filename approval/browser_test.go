@@ -4,18 +4,23 @@ package approval
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
 // TestBrowserApprove drives the approval page in headless Chromium (Debian's chromium):
-// sign in with the form, see the pending request, click Approve, and the held call is
-// released as approved, bound to exactly the body that was held.
+// sign in with the form, see the pending request with every header, the method-override
+// callout, the full URL and a link to the whole body (the sandbox's markup shown as text),
+// click Approve, and the held call is released as approved, bound to exactly the request
+// that was held; sign out, and the session cookie copied from the browser is dead.
 //
 //	go test -tags browser -run TestBrowser ./approval/
 //
@@ -40,6 +45,13 @@ func TestBrowserApprove(t *testing.T) {
 
 	body := "{\n  \"title\": \"Flaky test in release pipeline\",\n  \"body\": \"TestUpload fails about 1 in 20 runs on arm64; log attached.\",\n  \"labels\": [\"ci\", \"flaky\"]\n}"
 	req := sampleRequest(body)
+	req.Header = http.Header{
+		"Content-Type":           {"application/json"},
+		"Cookie":                 {"_gh_sess=4f2a9c; logged_in=yes"},
+		"User-Agent":             {"python-requests/2.32"},
+		"X-Http-Method-Override": {"DELETE"},
+		"X-Note":                 {`<img src=x onerror="document.title='pwned'">`},
+	}
 	held := holdAsync(ctx, f.s, req)
 	rec := nextCreated(t, f.ev)
 	del := sampleRequest("")
@@ -61,6 +73,7 @@ func TestBrowserApprove(t *testing.T) {
 	if err := chromedp.Do(bctx,
 		chromedp.Navigate(f.srv.URL+"/approvals"),
 		chromedp.WaitVisible(css("#token")),
+		chromedp.SendKeys(css("#name"), "oncall"),
 		chromedp.SendKeys(css("#token"), oncallToken),
 		chromedp.Submit(css("#token")),
 		chromedp.WaitVisible(css("#"+rec.ID)),
@@ -79,8 +92,32 @@ func TestBrowserApprove(t *testing.T) {
 	if err != nil {
 		t.Fatalf("browser: read URL: %v", err)
 	}
-	if !strings.Contains(shown, "access_token=[redacted]") || strings.Contains(shown, "s3cr3t") {
-		t.Errorf("page URL: got %q, want the query secret redacted", shown)
+	if !strings.Contains(shown, "POST") || !strings.Contains(shown, req.URL) {
+		t.Errorf("page request line: got %q, want POST and the whole URL %s", shown, req.URL)
+	}
+	headers, err := chromedp.Run(bctx, chromedp.Text(css("#"+rec.ID+" table.headers")))
+	if err != nil {
+		t.Fatalf("browser: read headers: %v", err)
+	}
+	for _, want := range []string{"Cookie", "_gh_sess=4f2a9c; logged_in=yes", "User-Agent", "python-requests/2.32", "X-Http-Method-Override", "DELETE", `<img src=x onerror="document.title='pwned'">`} {
+		if !strings.Contains(headers, want) {
+			t.Errorf("page headers: %q lacks %q", headers, want)
+		}
+	}
+	callout, err := chromedp.Run(bctx, chromedp.Text(css("#"+rec.ID+" .callout")))
+	if err != nil {
+		t.Fatalf("browser: read callout: %v", err)
+	}
+	if !strings.Contains(callout, "method override") || !strings.Contains(callout, "DELETE") {
+		t.Errorf("page callout: got %q, want the method override called out", callout)
+	}
+	link, err := chromedp.Run(bctx, chromedp.AttributeValue(css("#"+rec.ID+" a.download"), "href"))
+	if err != nil || link.Value != "/v1/approvals/"+rec.ID+"/body" {
+		t.Errorf("body link: got %q, %v", link.Value, err)
+	}
+	title, err := chromedp.Run(bctx, chromedp.Title())
+	if err != nil || strings.Contains(title, "pwned") {
+		t.Errorf("page title %q: the sandbox's header value ran as markup", title)
 	}
 	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -109,6 +146,46 @@ func TestBrowserApprove(t *testing.T) {
 	}
 	if stored.BodySHA256 != sha256Hex([]byte(body)) || stored.RequestSHA256 != RequestHash(req.Method, req.URL, req.Header, req.Body) {
 		t.Errorf("approved record is bound to other bytes: body_sha256 %s, want %s", stored.BodySHA256, sha256Hex([]byte(body)))
+	}
+
+	// The session cookie, as a thief would copy it out of the browser, works until sign-out.
+	cookies, err := chromedp.Run(bctx, chromedp.Action[[]*network.Cookie](func(ctx context.Context, tg *chromedp.Target) ([]*network.Cookie, error) {
+		res, err := cdp.Call(ctx, tg, network.GetCookies, network.GetCookiesParams{})
+		return res.Cookies, err
+	}))
+	var sid string
+	for _, c := range cookies {
+		if c.Name == cookieName {
+			sid = c.Value
+			if !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict || strings.Contains(c.Value, oncallToken) {
+				t.Errorf("session cookie: HttpOnly %v SameSite %s, value holds the token %v", c.HTTPOnly, c.SameSite, strings.Contains(c.Value, oncallToken))
+			}
+		}
+	}
+	if err != nil || sid == "" {
+		t.Fatalf("browser: no session cookie (%v)", err)
+	}
+	copied := func() int {
+		r, _ := http.NewRequest("GET", f.srv.URL+"/v1/approvals", nil)
+		r.AddCookie(&http.Cookie{Name: cookieName, Value: sid})
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := copied(); got != 200 {
+		t.Errorf("copied session cookie before sign-out: got %d, want 200", got)
+	}
+	if err := chromedp.Do(bctx,
+		chromedp.Click(css("header form button")),
+		chromedp.WaitVisible(css("#token")),
+	); err != nil {
+		t.Fatalf("click Sign out: %v", err)
+	}
+	if got := copied(); got != http.StatusUnauthorized {
+		t.Errorf("copied session cookie after sign-out: got %d, want 401", got)
 	}
 	// The other request is untouched by that click.
 	if r, _ := f.s.Get(ctx, delRec.ID); r.State != StatePending {

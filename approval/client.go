@@ -2,11 +2,14 @@ package approval
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/airlock-proxy/airlock/internal/jsonapi"
 )
@@ -40,17 +43,18 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("approvals API: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
 }
 
-// Is maps 404 and 409 to ErrNotFound and ErrDecided.
+// Is maps 404, 409 and 410 to ErrNotFound, ErrDecided and ErrBodyGone.
 func (e *APIError) Is(target error) bool {
 	return (target == ErrNotFound && e.Status == http.StatusNotFound) ||
-		(target == ErrDecided && e.Status == http.StatusConflict)
+		(target == ErrDecided && e.Status == http.StatusConflict) ||
+		(target == ErrBodyGone && e.Status == http.StatusGone)
 }
 
 // List returns records in state ("" for all), newest first.
-func (c *Client) List(ctx context.Context, state string) ([]Record, error) {
+func (c *Client) List(ctx context.Context, state State) ([]Record, error) {
 	p := "/v1/approvals"
 	if state != "" {
-		p += "?state=" + url.QueryEscape(state)
+		p += "?state=" + url.QueryEscape(string(state))
 	}
 	var out struct {
 		Approvals []Record `json:"approvals"`
@@ -77,6 +81,48 @@ func (c *Client) Approve(ctx context.Context, id, comment string) (Record, error
 func (c *Client) Deny(ctx context.Context, id, comment string) (Record, error) {
 	return c.decide(ctx, id, "deny", comment)
 }
+
+// Cancel withdraws a pending record without approving or denying it; comment is shown to
+// the agent.
+func (c *Client) Cancel(ctx context.Context, id, comment string) (Record, error) {
+	return c.decide(ctx, id, "cancel", comment)
+}
+
+// Body returns the exact body a record holds (ErrBodyGone when it is not kept).
+func (c *Client) Body(ctx context.Context, id string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(c.BaseURL, "/")+"/v1/approvals/"+url.PathEscape(id)+"/body", nil)
+	if err != nil {
+		return nil, fmt.Errorf("approvals API: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("approvals API GET body of %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxClientBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("approvals API GET body of %s: %w", id, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(b, &e)
+		return nil, &APIError{Status: resp.StatusCode, Message: e.Error}
+	}
+	if len(b) > maxClientBody {
+		return nil, fmt.Errorf("approvals API GET body of %s: larger than %d bytes", id, maxClientBody)
+	}
+	return b, nil
+}
+
+// maxClientBody bounds a body the client downloads.
+const maxClientBody = 1 << 30
 
 func (c *Client) decide(ctx context.Context, id, verb, comment string) (Record, error) {
 	var r Record

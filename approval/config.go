@@ -19,7 +19,21 @@ const (
 	// DefaultMaxBody is the largest request body the proxy buffers for a held request;
 	// larger bodies are refused with 413 before Hold is called.
 	DefaultMaxBody     ByteSize = 1 << 20
-	DefaultBodyPreview ByteSize = 2 << 10
+	DefaultBodyPreview ByteSize = 16 << 10
+	// DefaultMaxPendingPerSandbox is how many requests one sandbox may have waiting for a
+	// decision at once (more: 429).
+	DefaultMaxPendingPerSandbox = 16
+	// DefaultMaxHeldBytesPerSandbox bounds the bodies one sandbox's waiting requests keep in
+	// airlock's memory together (more: 413).
+	DefaultMaxHeldBytesPerSandbox ByteSize = 8 << 20
+	// DefaultMaxHeldBytes bounds the bodies of all waiting requests together (more: 413).
+	DefaultMaxHeldBytes ByteSize = 256 << 20
+	// DefaultSessionTTL is how long an approval page sign-in lasts.
+	DefaultSessionTTL = 12 * time.Hour
+	// DefaultWebhookBurst webhooks per sandbox may go out at once; then one per
+	// DefaultWebhookInterval.
+	DefaultWebhookBurst    = 5
+	DefaultWebhookInterval = 30 * time.Second
 	// DefaultStoreFile is the SQLite file name under $AIRLOCK_HOME.
 	DefaultStoreFile = "approvals.db"
 )
@@ -48,8 +62,22 @@ type Config struct {
 	RetryWindow Duration `yaml:"retry_window"`
 	// MaxBody is the largest body the proxy buffers for a held request.
 	MaxBody ByteSize `yaml:"max_body"`
-	// BodyPreview is how many bytes of the body an approver sees.
+	// BodyPreview is how many bytes of the body the page, the record and notifications show
+	// inline (the whole body is always downloadable).
 	BodyPreview ByteSize `yaml:"body_preview"`
+	// MaxPendingPerSandbox bounds the requests one sandbox has waiting at once (more: 429).
+	MaxPendingPerSandbox int `yaml:"max_pending_per_sandbox"`
+	// MaxHeldBytesPerSandbox bounds the body bytes one sandbox's waiting requests hold in
+	// memory together (more: 413).
+	MaxHeldBytesPerSandbox ByteSize `yaml:"max_held_bytes_per_sandbox"`
+	// MaxHeldBytes bounds the body bytes all waiting requests hold together (more: 413).
+	MaxHeldBytes ByteSize `yaml:"max_held_bytes"`
+	// SessionTTL is how long an approval page sign-in lasts (sign-out ends it sooner).
+	SessionTTL Duration `yaml:"session_ttl"`
+	// WebhookBurst webhooks per sandbox go out at once, then one per WebhookInterval; the
+	// rest are suppressed (counted, logged, and the approval still waits on the page).
+	WebhookBurst    int      `yaml:"webhook_burst"`
+	WebhookInterval Duration `yaml:"webhook_interval"`
 }
 
 // ApproverConfig names a person or service that may decide, and where its token is.
@@ -76,6 +104,24 @@ func (c Config) WithDefaults() Config {
 	if c.BodyPreview == 0 {
 		c.BodyPreview = DefaultBodyPreview
 	}
+	if c.MaxPendingPerSandbox == 0 {
+		c.MaxPendingPerSandbox = DefaultMaxPendingPerSandbox
+	}
+	if c.MaxHeldBytesPerSandbox == 0 {
+		c.MaxHeldBytesPerSandbox = max(DefaultMaxHeldBytesPerSandbox, c.MaxBody)
+	}
+	if c.MaxHeldBytes == 0 {
+		c.MaxHeldBytes = max(DefaultMaxHeldBytes, c.MaxHeldBytesPerSandbox)
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = Duration(DefaultSessionTTL)
+	}
+	if c.WebhookBurst == 0 {
+		c.WebhookBurst = DefaultWebhookBurst
+	}
+	if c.WebhookInterval == 0 {
+		c.WebhookInterval = Duration(DefaultWebhookInterval)
+	}
 	if c.WebhookFormat == "" {
 		c.WebhookFormat = "json"
 	}
@@ -92,6 +138,22 @@ func (c Config) Validate() error {
 	}
 	if c.BodyPreview < 0 {
 		return fmt.Errorf("approvals.body_preview: must not be negative, got %d", c.BodyPreview)
+	}
+	for _, f := range []struct {
+		key string
+		v   int64
+	}{{"max_pending_per_sandbox", int64(c.MaxPendingPerSandbox)}, {"max_held_bytes_per_sandbox", int64(c.MaxHeldBytesPerSandbox)},
+		{"max_held_bytes", int64(c.MaxHeldBytes)}, {"session_ttl", int64(c.SessionTTL)},
+		{"webhook_burst", int64(c.WebhookBurst)}, {"webhook_interval", int64(c.WebhookInterval)}} {
+		if f.v < 0 {
+			return fmt.Errorf("approvals.%s: must not be negative, got %d", f.key, f.v)
+		}
+	}
+	if c.MaxHeldBytesPerSandbox > 0 && c.MaxHeldBytesPerSandbox < c.MaxBody {
+		return fmt.Errorf("approvals.max_held_bytes_per_sandbox: %d is less than approvals.max_body (%d): no request with a body that large could ever be held", c.MaxHeldBytesPerSandbox, c.MaxBody)
+	}
+	if c.MaxHeldBytes > 0 && c.MaxHeldBytes < c.MaxHeldBytesPerSandbox {
+		return fmt.Errorf("approvals.max_held_bytes: %d is less than approvals.max_held_bytes_per_sandbox (%d)", c.MaxHeldBytes, c.MaxHeldBytesPerSandbox)
 	}
 	if c.Store != "" {
 		if _, _, err := parseStoreDSN(c.Store); err != nil {

@@ -16,8 +16,8 @@ const storeWriteTimeout = 10 * time.Second
 // approved within the retry window (same sandbox and RequestHash) is approved at once,
 // using that grant up; the reuse is recorded as its own record.
 //
-// When ctx ends first (the client went away) the record becomes cancelled and the Result
-// says cancelled, whatever raced with it: nothing may be sent. An error means no decision
+// When ctx ends first (the client went away) the record becomes disconnected and the Result
+// says disconnected, whatever raced with it: nothing may be sent. An error means no decision
 // could be had (store down, or ErrClosed at shutdown): the caller must refuse the request.
 func (s *Service) Hold(ctx context.Context, r Request) (Result, error) {
 	select {
@@ -27,19 +27,19 @@ func (s *Service) Hold(ctx context.Context, r Request) (Result, error) {
 	}
 	start := s.now()
 	rec := s.newRecord(r, start)
-	if res, ok, err := s.reuseGrant(ctx, rec, start); err != nil || ok {
+	if res, ok, err := s.reuseGrant(ctx, rec, r.Body, start); err != nil || ok {
 		return res, err
 	}
 
-	ch := s.register(rec.ID)
-	defer s.unregister(rec.ID)
-	if err := s.store.Create(ctx, rec); err != nil {
+	ch, duplicate := s.register(rec)
+	defer s.unregister(rec)
+	if err := s.store.Create(ctx, rec, r.Body); err != nil {
 		return Result{}, err
 	}
 	s.log.Info("approval pending", "id", rec.ID, "sandbox", rec.Sandbox, "method", rec.Method,
-		"url", rec.URL, "rule", rec.Rule, "expires", rec.Expires)
+		"url", RedactURL(rec.URL), "rule", rec.Rule, "expires", rec.Expires, "warnings", len(rec.Warnings))
 	s.events.publish(Event{Type: EventCreated, Record: rec})
-	s.notify(rec)
+	s.notify(rec, duplicate)
 
 	timer := time.NewTimer(rec.Expires.Sub(start))
 	defer timer.Stop()
@@ -62,18 +62,22 @@ func (s *Service) Hold(ctx context.Context, r Request) (Result, error) {
 	case <-ctx.Done():
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWriteTimeout)
 		defer cancel()
-		_, err := s.end(wctx, rec.ID, Decision{State: StateCancelled, By: DecidedBySystem,
-			Comment: "the client went away while the request was held", At: s.now()})
+		_, err := s.end(wctx, rec.ID, Decision{State: StateDisconnected, By: DecidedBySystem,
+			Comment: disconnectedComment, At: s.now()})
 		if err != nil && !errors.Is(err, ErrDecided) {
-			s.log.Warn("record cancelled approval", "id", rec.ID, "err", err)
+			s.log.Warn("record disconnected approval", "id", rec.ID, "err", err)
 		}
-		return Result{ID: rec.ID, State: StateCancelled, DecidedBy: DecidedBySystem,
-			Comment: "the client went away while the request was held", Waited: s.now().Sub(start)}, nil
+		// Whatever raced with the disconnection, nothing is sent: the client is gone.
+		return Result{ID: rec.ID, State: StateDisconnected, DecidedBy: DecidedBySystem,
+			Comment: disconnectedComment, Waited: s.now().Sub(start)}, nil
 	case <-s.closing:
 		return Result{ID: rec.ID, State: StatePending, Waited: s.now().Sub(start)},
 			fmt.Errorf("approval %s stays pending: %w", rec.ID, ErrClosed)
 	}
 }
+
+// disconnectedComment is the record's comment when the agent went away while held.
+const disconnectedComment = "the agent disconnected while the request was held; nothing was sent"
 
 // newRecord builds the pending record for r.
 func (s *Service) newRecord(r Request, now time.Time) Record {
@@ -87,14 +91,22 @@ func (s *Service) newRecord(r Request, now time.Time) Record {
 	for k, v := range r.Labels {
 		labels[k] = v
 	}
+	headers := r.Header.Clone()
+	if headers == nil {
+		headers = http.Header{}
+	}
+	// Never forwarded, and it would be the sandbox's airlock credential: not in a record.
+	headers.Del("Proxy-Authorization")
 	return Record{
 		ID:            newID(),
 		State:         StatePending,
 		Sandbox:       r.SandboxID,
 		Labels:        labels,
 		Method:        r.Method,
-		URL:           RedactURL(r.URL),
-		ContentType:   http.Header(r.Header).Get("Content-Type"),
+		URL:           r.URL,
+		Headers:       headers,
+		Warnings:      Warnings(r.Method, r.URL, r.Header, r.Body),
+		ContentType:   r.Header.Get("Content-Type"),
 		BodyPreview:   preview,
 		BodySize:      int64(len(r.Body)),
 		BodyTruncated: cut,
@@ -110,7 +122,7 @@ func (s *Service) newRecord(r Request, now time.Time) Record {
 
 // reuseGrant lets rec through at once when an identical request was approved within the
 // retry window and that grant is still unused.
-func (s *Service) reuseGrant(ctx context.Context, rec Record, now time.Time) (Result, bool, error) {
+func (s *Service) reuseGrant(ctx context.Context, rec Record, body []byte, now time.Time) (Result, bool, error) {
 	if s.cfg.RetryWindow <= 0 {
 		return Result{}, false, nil
 	}
@@ -124,7 +136,7 @@ func (s *Service) reuseGrant(ctx context.Context, rec Record, now time.Time) (Re
 	rec.DecidedAt = now.UTC()
 	rec.Comment = fmt.Sprintf("retry of %s, approved by %s within the retry window", g.ID, g.DecidedBy)
 	rec.RetryOf = g.ID
-	if err := s.store.Create(ctx, rec); err != nil {
+	if err := s.store.Create(ctx, rec, body); err != nil {
 		return Result{}, false, err
 	}
 	s.log.Info("approval reused", "id", rec.ID, "retry_of", g.ID, "sandbox", rec.Sandbox)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ func TestHoldDecisions(t *testing.T) {
 				name    string
 				timeout time.Duration
 				decide  func(s *Service, id string) error
-				state   string
+				state   State
 				by      string
 				comment string
 			}{
@@ -30,6 +31,10 @@ func TestHoldDecisions(t *testing.T) {
 					_, err := s.Decide(context.Background(), id, StateDenied, "oncall", "not this repo")
 					return err
 				}, StateDenied, "oncall", "not this repo"},
+				{"cancel", time.Minute, func(s *Service, id string) error {
+					_, err := s.Decide(context.Background(), id, StateCancelled, "oncall", "asked twice")
+					return err
+				}, StateCancelled, "oncall", "asked twice"},
 				{"expire", 50 * time.Millisecond, nil, StateExpired, DecidedBySystem, "no decision before the timeout"},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
@@ -78,7 +83,8 @@ func TestHoldRecord(t *testing.T) {
 	for _, c := range []struct{ field, got, want string }{
 		{"sandbox", rec.Sandbox, "sbx-7f3a"},
 		{"labels.task", rec.Labels["task"], "release-triage"},
-		{"url", rec.URL, "https://api.github.com/repos/acme/app/issues?access_token=[redacted]&state=open"},
+		{"url (in full: the sandbox chose it)", rec.URL, "https://api.github.com/repos/acme/app/issues?access_token=s3cr3t&state=open"},
+		{"headers", fmt.Sprint(rec.Headers), "map[Content-Type:[application/json]]"},
 		{"body_preview", rec.BodyPreview, `{"title"`},
 		{"body_sha256", rec.BodySHA256, sha256Hex([]byte(body))},
 		{"rule", rec.Rule, "github.write"},
@@ -102,8 +108,9 @@ func TestHoldRecord(t *testing.T) {
 	waitHold(t, held)
 }
 
-// TestHoldClientGone: when the caller's context ends, the record is cancelled and nothing
-// is reported as approved, even if an approval comes right after.
+// TestHoldClientGone: when the caller's context ends, the record says the agent
+// disconnected (not an approver's cancel or denial), nothing is reported as approved, even
+// if an approval comes right after, and the body is not kept.
 func TestHoldClientGone(t *testing.T) {
 	for _, k := range storeKinds() {
 		t.Run(k.name, func(t *testing.T) {
@@ -115,15 +122,18 @@ func TestHoldClientGone(t *testing.T) {
 			rec := nextCreated(t, ev)
 			cancel()
 			got := waitHold(t, held)
-			if got.err != nil || got.res.State != StateCancelled || got.res.Approved() {
-				t.Fatalf("Hold after the client went away: got %+v, %v; want cancelled", got.res, got.err)
+			if got.err != nil || got.res.State != StateDisconnected || got.res.Approved() || got.res.DecidedBy != DecidedBySystem {
+				t.Fatalf("Hold after the client went away: got %+v, %v; want disconnected by airlock", got.res, got.err)
 			}
 			stored, _ := s.Get(context.Background(), rec.ID)
-			if stored.State != StateCancelled {
-				t.Errorf("stored record: got %q, want cancelled", stored.State)
+			if stored.State != StateDisconnected || stored.DecidedBy != DecidedBySystem || !strings.Contains(stored.Comment, "agent disconnected") {
+				t.Errorf("stored record: got %q by %q (%q), want disconnected by airlock", stored.State, stored.DecidedBy, stored.Comment)
 			}
 			if _, err := s.Decide(context.Background(), rec.ID, StateApproved, "oncall", ""); !errors.Is(err, ErrDecided) {
-				t.Errorf("approving a cancelled record: got %v, want ErrDecided", err)
+				t.Errorf("approving a disconnected record: got %v, want ErrDecided", err)
+			}
+			if _, err := s.Store().Body(context.Background(), rec.ID); !errors.Is(err, ErrBodyGone) {
+				t.Errorf("body of a disconnected record: got %v, want ErrBodyGone (not kept)", err)
 			}
 		})
 	}
@@ -225,7 +235,7 @@ func TestHoldRestartExpires(t *testing.T) {
 	dsn := storeKinds()[0].dsn(t)
 	st := openTestStore(t, dsn)
 	old := testRecord("apr-old", time.Now().Add(-time.Hour))
-	if err := st.Create(context.Background(), old); err != nil {
+	if err := st.Create(context.Background(), old, nil); err != nil {
 		t.Fatal(err)
 	}
 	s := newTestService(t, dsn, Config{})
@@ -292,7 +302,7 @@ func TestHoldConcurrent(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			want := map[string]string{}
+			want := map[string]State{}
 			for i, rec := range pending {
 				state := StateApproved
 				if i%2 == 1 {

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,16 +18,24 @@ import (
 const maxBackoff = 30 * time.Second
 
 // notify sends the webhook and asks the external service about rec, in the background,
-// bounded by the Service's lifetime.
-func (s *Service) notify(rec Record) {
+// bounded by the Service's lifetime. Webhooks are limited per sandbox (a token bucket) and
+// not repeated for a request identical to one of the same sandbox already waiting
+// (duplicate); a suppressed webhook is logged and counted, and the approval still waits on
+// the page and in the API.
+func (s *Service) notify(rec Record, duplicate bool) {
 	if s.cfg.Webhook != "" {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.sendWebhook(s.ctx, rec); err != nil {
-				s.log.Warn("approval webhook failed", "id", rec.ID, "err", err)
-			}
-		}()
+		ok, skipped, why := s.hooks.admit(rec.Sandbox, duplicate, s.now())
+		if ok {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				if err := s.sendWebhook(s.ctx, rec, skipped); err != nil {
+					s.log.Warn("approval webhook failed", "id", rec.ID, "err", err)
+				}
+			}()
+		} else {
+			s.log.Info("approval webhook suppressed", "id", rec.ID, "sandbox", rec.Sandbox, "why", why)
+		}
 	}
 	if s.cfg.Service != "" {
 		s.wg.Add(1)
@@ -43,12 +53,22 @@ type WebhookPayload struct {
 	Event    string `json:"event"` // "approval.pending"
 	Approval Record `json:"approval"`
 	PageURL  string `json:"page_url,omitempty"`
+	// Suppressed counts this sandbox's approvals held since its previous webhook that were
+	// not announced (rate limit or duplicates); they wait on the page like any other.
+	Suppressed int `json:"suppressed,omitempty"`
 }
 
-func (s *Service) sendWebhook(ctx context.Context, rec Record) error {
-	var payload any = WebhookPayload{Event: "approval.pending", Approval: rec, PageURL: s.cfg.PageURL}
+// SlackPayload is the webhook body with webhook_format: slack. Text is plain text with
+// Slack's control characters escaped; Mrkdwn is false so nothing in it is formatting.
+type SlackPayload struct {
+	Text   string `json:"text"`
+	Mrkdwn bool   `json:"mrkdwn"`
+}
+
+func (s *Service) sendWebhook(ctx context.Context, rec Record, suppressed int) error {
+	var payload any = WebhookPayload{Event: "approval.pending", Approval: rec, PageURL: s.cfg.PageURL, Suppressed: suppressed}
 	if s.cfg.WebhookFormat == "slack" {
-		payload = map[string]string{"text": slackText(rec, s.cfg.PageURL)}
+		payload = SlackPayload{Text: slackText(rec, s.cfg.PageURL, suppressed)}
 	}
 	body, err := json.Marshal(payload)
 	if err != nil {
@@ -58,20 +78,109 @@ func (s *Service) sendWebhook(ctx context.Context, rec Record) error {
 	return err
 }
 
-func slackText(r Record, page string) string {
+// slackEscape makes s plain text for Slack: &, < and > are its only control characters
+// (<!channel>, <@user>, <url|text>), and escaped they show as themselves.
+func slackEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+// maxSlackURL bounds the URL quoted in a Slack message (the record has it whole).
+const maxSlackURL = 500
+
+func slackText(r Record, page string, suppressed int) string {
+	u := r.URL
+	if len(u) > maxSlackURL {
+		u = strings.ToValidUTF8(u[:maxSlackURL], "") + "…"
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "airlock: approval needed for %s %s from sandbox %s", r.Method, r.URL, r.Sandbox)
+	fmt.Fprintf(&b, "airlock: approval needed for %s %s from sandbox %s", slackEscape(r.Method), slackEscape(u), slackEscape(r.Sandbox))
 	if r.Rule != "" {
-		fmt.Fprintf(&b, " (rule %s)", r.Rule)
+		fmt.Fprintf(&b, " (rule %s)", slackEscape(r.Rule))
 	}
 	if r.Reason != "" {
-		fmt.Fprintf(&b, ": %s", r.Reason)
+		fmt.Fprintf(&b, ": %s", slackEscape(r.Reason))
 	}
-	fmt.Fprintf(&b, ". %d byte body, id %s, expires %s.", r.BodySize, r.ID, r.Expires.Format(time.RFC3339))
+	fmt.Fprintf(&b, ". %d byte body, %d headers, id %s, expires %s.", r.BodySize, len(r.Headers), r.ID, r.Expires.Format(time.RFC3339))
+	for _, w := range r.Warnings {
+		fmt.Fprintf(&b, "\nWARNING: %s", slackEscape(w))
+	}
+	if suppressed > 0 {
+		fmt.Fprintf(&b, "\n%d more held requests from this sandbox were not announced (webhook limit); see the page.", suppressed)
+	}
 	if page != "" {
-		fmt.Fprintf(&b, " Decide at %s", page)
+		fmt.Fprintf(&b, "\nDecide at %s", slackEscape(page))
 	}
 	return b.String()
+}
+
+// hookLimit limits webhooks per sandbox with a token bucket: burst at once, then one per
+// every. Its counters say how many were suppressed.
+type hookLimit struct {
+	burst   int
+	every   time.Duration
+	mu      sync.Mutex
+	buckets map[string]*hookBucket
+	// rate and dup count suppressed webhooks (limit reached; duplicate of a waiting request).
+	rate, dup atomic.Int64
+}
+
+type hookBucket struct {
+	tokens     float64
+	last       time.Time
+	suppressed int // since the last webhook that went out
+}
+
+// maxHookBuckets bounds the table; full buckets with nothing suppressed are dropped first.
+const maxHookBuckets = 10000
+
+func newHookLimit(burst int, every time.Duration) *hookLimit {
+	return &hookLimit{burst: max(burst, 1), every: max(every, time.Millisecond), buckets: map[string]*hookBucket{}}
+}
+
+// admit decides whether sandbox's new approval is announced. When it is, skipped is how many
+// of the sandbox's approvals were not announced since its previous webhook.
+func (h *hookLimit) admit(sandbox string, duplicate bool, now time.Time) (ok bool, skipped int, why string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.buckets[sandbox]
+	if b == nil {
+		if len(h.buckets) >= maxHookBuckets {
+			h.prune(now)
+		}
+		b = &hookBucket{tokens: float64(h.burst), last: now}
+		h.buckets[sandbox] = b
+	}
+	if el := now.Sub(b.last); el > 0 {
+		b.tokens = min(float64(h.burst), b.tokens+float64(el)/float64(h.every))
+		b.last = now
+	}
+	switch {
+	case duplicate:
+		h.dup.Add(1)
+		b.suppressed++
+		return false, 0, "an identical request from this sandbox is already waiting"
+	case b.tokens < 1:
+		h.rate.Add(1)
+		b.suppressed++
+		return false, 0, "webhook limit for this sandbox reached"
+	}
+	b.tokens--
+	skipped, b.suppressed = b.suppressed, 0
+	return true, skipped, ""
+}
+
+func (h *hookLimit) prune(now time.Time) {
+	for k, b := range h.buckets {
+		if b.suppressed == 0 && b.tokens+float64(now.Sub(b.last))/float64(h.every) >= float64(h.burst) {
+			delete(h.buckets, k)
+		}
+	}
+}
+
+// SuppressedWebhooks counts webhooks not sent since start: because the sandbox's webhook
+// limit was reached, and because an identical request of the sandbox was already waiting.
+func (s *Service) SuppressedWebhooks() (limited, duplicates int64) {
+	return s.hooks.rate.Load(), s.hooks.dup.Load()
 }
 
 // ServiceAnswer is what an external approval service answers to a posted Record. Status
@@ -98,7 +207,7 @@ func (s *Service) askService(ctx context.Context, rec Record) error {
 	if err := json.Unmarshal(resp.body, &a); err != nil {
 		return fmt.Errorf("approval service answer: %w", err)
 	}
-	state := ""
+	var state State
 	switch a.Decision {
 	case "approve", "approved":
 		state = StateApproved

@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -80,16 +81,13 @@ func TestWebhookRetries(t *testing.T) {
 					t.Errorf("webhook payload: got %+v, want approval.pending for %s", p, rec.ID)
 				}
 			case "slack":
-				var p map[string]string
+				var p SlackPayload
 				if err := json.Unmarshal([]byte(last), &p); err != nil {
 					t.Fatalf("webhook body: %v", err)
 				}
-				if !strings.Contains(p["text"], rec.ID) || !strings.Contains(p["text"], "POST https://api.github.com/") {
-					t.Errorf("slack text: got %q, want the id and request", p["text"])
+				if !strings.Contains(p.Text, rec.ID) || !strings.Contains(p.Text, "POST https://api.github.com/") || p.Mrkdwn {
+					t.Errorf("slack payload: got %+v, want the id and request, mrkdwn off", p)
 				}
-			}
-			if strings.Contains(last, "s3cr3t") {
-				t.Errorf("webhook carries the query secret: %s", last)
 			}
 			s.Decide(context.Background(), rec.ID, StateDenied, "oncall", "")
 			waitHold(t, held)
@@ -134,7 +132,7 @@ func TestExternalService(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		answer func(w http.ResponseWriter, body []byte)
-		state  string
+		state  State
 		by     string
 	}{
 		{"synchronous approve", func(w http.ResponseWriter, body []byte) {
@@ -170,5 +168,122 @@ func TestExternalService(t *testing.T) {
 				t.Errorf("Hold: got %s by %s, want %s by %s", h.res.State, h.res.DecidedBy, tc.state, tc.by)
 			}
 		})
+	}
+}
+
+// TestSlackTextEscapes: whatever the sandbox puts in its request (URL, header values that
+// become warnings), a Slack message shows it as text: no <!channel>, <@user> or <url|text>
+// control sequence survives, and & < > come out escaped.
+func TestSlackTextEscapes(t *testing.T) {
+	evil := []string{"<!channel>", "<!here|here>", "<@U123>", "<https://evil.example|click me>", "<!subteam^S1>", "&lt;!everyone&gt;", "a>b<c"}
+	for _, e := range evil {
+		rec := Record{ID: "apr-1", Method: "POST", Sandbox: "sbx-<!channel>", Rule: "r<x>", Reason: "why & <!here>",
+			URL:      "https://h/p?q=" + e,
+			Headers:  http.Header{"X-Http-Method-Override": {e}},
+			Warnings: Warnings("POST", "https://h/p?_method="+e, http.Header{"X-Http-Method-Override": {e}}, nil)}
+		text := slackText(rec, "https://page.example/approvals?a=1&b=2", 3)
+		if strings.ContainsAny(text, "<>") {
+			t.Errorf("%q: slack text keeps < or >: %q", e, text)
+		}
+		if strings.Contains(strings.ReplaceAll(strings.ReplaceAll(strings.ReplaceAll(text, "&amp;", ""), "&lt;", ""), "&gt;", ""), "&") {
+			t.Errorf("%q: slack text has a bare &: %q", e, text)
+		}
+		if !strings.Contains(text, "WARNING: method override") || !strings.Contains(text, "3 more held requests") {
+			t.Errorf("%q: slack text lacks the warnings or the suppressed count: %q", e, text)
+		}
+	}
+}
+
+// TestWebhookLimits: a sandbox that holds many requests at once gets its burst of webhooks
+// and no more; identical requests are announced once; another sandbox still gets its own;
+// every suppressed approval is counted, still waits and can be decided; the next webhook
+// that goes out for the sandbox says how many were not announced.
+func TestWebhookLimits(t *testing.T) {
+	hook := newRecorder(0)
+	hook.got = make(chan struct{}, 100)
+	srv := httptest.NewServer(hook)
+	t.Cleanup(srv.Close)
+	now := time.Unix(1_800_000_000, 0)
+	var clock sync.Mutex
+	s := newTestService(t, storeKinds()[0].dsn(t), Config{Webhook: srv.URL, WebhookBurst: 3, WebhookInterval: Duration(time.Minute)},
+		func(o *Options) {
+			o.Now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+		})
+	ev, cancel := s.Subscribe()
+	defer cancel()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	var helds []<-chan holdResult
+	var recs []Record
+	hold := func(sandbox, body string) Record {
+		r := sampleRequest(body)
+		r.SandboxID = sandbox
+		r.Timeout = time.Hour
+		helds = append(helds, holdAsync(ctx, s, r))
+		rec := nextCreated(t, ev)
+		recs = append(recs, rec)
+		return rec
+	}
+	for i := range 10 {
+		hold("sbx-flood", fmt.Sprintf(`{"i":%d}`, i))
+	}
+	for range 3 {
+		hold("sbx-flood", `{"same":true}`) // identical: one announcement at most
+	}
+	other := hold("sbx-quiet", `{"other":1}`)
+	deliveries := func(want int) []string {
+		t.Helper()
+		for range want {
+			hook.wait(t)
+		}
+		time.Sleep(50 * time.Millisecond) // let a wrong extra delivery show up
+		hook.mu.Lock()
+		defer hook.mu.Unlock()
+		return append([]string(nil), hook.bodies...)
+	}
+	got := deliveries(4)
+	if len(got) != 4 {
+		t.Fatalf("webhooks: got %d, want 4 (a burst of 3 for sbx-flood, 1 for sbx-quiet)", len(got))
+	}
+	bySandbox := map[string]int{}
+	for _, b := range got {
+		var p WebhookPayload
+		if err := json.Unmarshal([]byte(b), &p); err != nil {
+			t.Fatal(err)
+		}
+		bySandbox[p.Approval.Sandbox]++
+	}
+	if bySandbox["sbx-flood"] != 3 || bySandbox["sbx-quiet"] != 1 {
+		t.Errorf("webhooks by sandbox: got %v, want sbx-flood 3, sbx-quiet 1", bySandbox)
+	}
+	limited, dups := s.SuppressedWebhooks()
+	if limited != 8 || dups != 2 {
+		t.Errorf("suppressed: got %d limited, %d duplicates; want 8 and 2", limited, dups)
+	}
+	pending, err := s.List(context.Background(), ListFilter{State: StatePending})
+	if err != nil || len(pending) != len(recs) {
+		t.Fatalf("pending approvals: got %d, %v; want all %d (suppressed ones still wait)", len(pending), err, len(recs))
+	}
+	if _, err := s.Decide(context.Background(), other.ID, StateApproved, "oncall", ""); err != nil {
+		t.Fatal(err)
+	}
+
+	// A minute later one more token: the next webhook reports the ten not announced.
+	clock.Lock()
+	now = now.Add(time.Minute)
+	clock.Unlock()
+	hold("sbx-flood", `{"later":true}`)
+	got = deliveries(1)
+	var p WebhookPayload
+	if err := json.Unmarshal([]byte(got[len(got)-1]), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Approval.Sandbox != "sbx-flood" || p.Suppressed != 10 {
+		t.Errorf("webhook after the refill: got sandbox %s suppressed %d, want sbx-flood and 10", p.Approval.Sandbox, p.Suppressed)
+	}
+	stop()
+	for _, h := range helds {
+		waitHold(t, h)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
+	"errors"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -33,8 +35,6 @@ func parsePageTemplates() *template.Template {
 	return template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
 }
 
-const cookieMaxAge = 12 * time.Hour
-
 func constantEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
 func nonce() string {
@@ -59,7 +59,8 @@ func (s *Service) renderLogin(w http.ResponseWriter, status int, msg string) {
 	n := nonce()
 	pageHeaders(w, n)
 	w.WriteHeader(status)
-	_ = s.pages.ExecuteTemplate(w, "login.html", map[string]any{"Nonce": n, "Error": msg})
+	_ = s.pages.ExecuteTemplate(w, "login.html", map[string]any{"Nonce": n, "Error": msg,
+		"TTL": humanDuration(s.cfg.SessionTTL.D())})
 }
 
 func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) error {
@@ -67,27 +68,94 @@ func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// login exchanges an approver's token (and, optionally, name: then it must be the token's)
+// for a page session: an opaque random id in an HttpOnly cookie, recorded (hashed, with its
+// expiry) in the store. Failed attempts are counted per client address and per approver name
+// given; too many → 429 with Retry-After.
 func (s *Service) login(w http.ResponseWriter, r *http.Request) error {
-	tok := strings.TrimSpace(r.PostFormValue("token"))
-	if _, ok := s.authenticate(tok); !ok {
-		s.renderLogin(w, http.StatusForbidden, "That token is not an approver's.")
+	if err := r.ParseForm(); err != nil {
+		var me *http.MaxBytesError
+		if errors.As(err, &me) {
+			s.renderLogin(w, http.StatusRequestEntityTooLarge, "That sign-in form was too large.")
+			return nil
+		}
+		s.renderLogin(w, http.StatusBadRequest, "That sign-in form could not be read.")
 		return nil
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/", HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: int(cookieMaxAge.Seconds())})
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	tok := strings.TrimSpace(r.PostFormValue("token"))
+	addr, who := "addr:"+clientAddr(r), "name:"+name
+	now := s.now()
+	if wait := max(s.logins.wait(addr, now), s.logins.wait(who, now)); wait > 0 {
+		w.Header().Set("Retry-After", retryAfter(wait))
+		s.renderLogin(w, http.StatusTooManyRequests, "Too many failed sign-ins; try again in "+retryAfter(wait)+" seconds.")
+		return nil
+	}
+	got, ok := s.authenticate(tok)
+	if ok && name == "" {
+		name, who = got, "name:"+got // the name is optional: the token says whose it is
+	}
+	if !ok || got != name {
+		s.logins.fail(addr, now)
+		if s.approverNames[name] {
+			s.logins.fail(who, now) // unknown names are not tracked: they would only fill the table
+		}
+		logged := "(not an approver's name)" // what was typed may be a token pasted in the wrong box
+		if s.approverNames[name] {
+			logged = name
+		}
+		s.log.Info("approval page sign-in failed", "addr", clientAddr(r), "name", logged)
+		s.renderLogin(w, http.StatusForbidden, "That name and token are not an approver's.")
+		return nil
+	}
+	s.logins.reset(addr)
+	s.logins.reset(who)
+	id, err := s.startSession(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true,
+		Secure: s.secureCookie(r), SameSite: http.SameSiteStrictMode, MaxAge: int(s.cfg.SessionTTL.D().Seconds())})
 	http.Redirect(w, r, "/approvals", http.StatusSeeOther)
 	return nil
 }
 
+// logout ends the session on the server (on every replica), then clears the cookie.
 func (s *Service) logout(w http.ResponseWriter, r *http.Request) error {
-	clearCookie(w, r)
+	if c, err := r.Cookie(cookieName); err == nil && c.Value != "" {
+		if !constantEqual(r.PostFormValue("csrf"), csrfToken(c.Value)) {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "missing or wrong CSRF token; reload the approvals page"})
+			return nil
+		}
+		if err := s.store.DeleteSession(r.Context(), sessionIDHash(c.Value)); err != nil {
+			return err
+		}
+	}
+	clearCookie(w, r, s.secureCookie(r))
 	http.Redirect(w, r, "/approvals/login", http.StatusSeeOther)
 	return nil
 }
 
-func clearCookie(w http.ResponseWriter, r *http.Request) {
+// secureCookie: the cookie is Secure when the page is served over TLS, here or (page_url
+// says https) at a proxy in front.
+func (s *Service) secureCookie(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(strings.ToLower(s.cfg.PageURL), "https://")
+}
+
+func clearCookie(w http.ResponseWriter, _ *http.Request, secure bool) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+		Secure: secure, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+}
+
+// humanDuration writes d as "12 hours" or "30 minutes" for the sign-in page.
+func humanDuration(d time.Duration) string {
+	if d >= time.Hour && d%time.Hour == 0 {
+		if d == time.Hour {
+			return "1 hour"
+		}
+		return strconv.Itoa(int(d/time.Hour)) + " hours"
+	}
+	return strconv.Itoa(int(max(d/time.Minute, 1))) + " minutes"
 }
 
 // pageData is what templates/page.html shows.
@@ -100,6 +168,7 @@ type pageData struct {
 	Decided  string
 	Conflict string
 	Cookie   bool
+	Preview  int64 // body_preview: bodies longer than this show a cut preview
 }
 
 func (s *Service) page(w http.ResponseWriter, r *http.Request) error {
@@ -118,9 +187,12 @@ func (s *Service) page(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	cred, _ := requestCredential(r)
-	d := pageData{Nonce: nonce(), CSRF: csrfToken(cred.token), Approver: approverName(r.Context()),
-		Pending: pending, Recent: recent, Cookie: cred.cookie,
+	d := pageData{Nonce: nonce(), Approver: approverName(r.Context()),
+		Pending: pending, Recent: recent, Cookie: cred.cookie(), Preview: int64(s.cfg.BodyPreview),
 		Decided: r.URL.Query().Get("decided"), Conflict: r.URL.Query().Get("conflict")}
+	if cred.cookie() {
+		d.CSRF = csrfToken(cred.session)
+	}
 	pageHeaders(w, d.Nonce)
 	w.WriteHeader(http.StatusOK)
 	return s.pages.ExecuteTemplate(w, "page.html", d)

@@ -30,9 +30,15 @@ func openPostgres(ctx context.Context, dsn string) (Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open approval store %s: lock schema: %w", redactDSN(dsn), err)
 	}
-	if _, err := tx.ExecContext(ctx, schema); err != nil {
+	has := func(col string) (bool, error) {
+		var n int
+		err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
+			WHERE table_schema = current_schema() AND table_name = 'airlock_approvals' AND column_name = $1`, col).Scan(&n)
+		return n > 0, err
+	}
+	if err := migrate(ctx, tx, "BYTEA", has); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open approval store %s: create schema: %w", redactDSN(dsn), err)
+		return nil, fmt.Errorf("open approval store %s: %w", redactDSN(dsn), err)
 	}
 	if err := tx.Commit(); err != nil {
 		db.Close()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,34 +14,65 @@ import (
 	"unicode/utf8"
 )
 
-// States of a record. Only pending changes, and only once.
+// State is where a record stands. Only pending changes, and only once; each final state
+// says who or what ended the request.
+type State string
+
 const (
-	StatePending   = "pending"
-	StateApproved  = "approved"
-	StateDenied    = "denied"
-	StateExpired   = "expired"
-	StateCancelled = "cancelled"
+	StatePending  State = "pending"
+	StateApproved State = "approved" // an approver (or the approval service) said yes
+	StateDenied   State = "denied"   // an approver (or the approval service) said no
+	// StateCancelled: an approver withdrew the request without judging it (POST …/cancel).
+	StateCancelled State = "cancelled"
+	StateExpired   State = "expired" // nobody decided before the timeout
+	// StateDisconnected: the agent's connection went away while the request was held.
+	StateDisconnected State = "disconnected"
 )
 
-// DecidedBySystem is DecidedBy when airlock itself ended a record (expiry, cancellation).
+// Valid reports whether s is one of the states above.
+func (s State) Valid() bool {
+	switch s {
+	case StatePending, StateApproved, StateDenied, StateCancelled, StateExpired, StateDisconnected:
+		return true
+	}
+	return false
+}
+
+// ByApprover reports whether a person or the approval service ended the record (approved,
+// denied, cancelled), as opposed to airlock itself (expired, disconnected).
+func (s State) ByApprover() bool {
+	return s == StateApproved || s == StateDenied || s == StateCancelled
+}
+
+// DecidedBySystem is DecidedBy when airlock itself ended a record (expiry, disconnection).
 const DecidedBySystem = "airlock"
 
-// Record is one held request as stored, listed by the admin API and sent to webhooks.
-// It never holds credential values: the URL's secret query values are redacted and
-// credentials are named, not attached.
+// Record is one held request as stored, listed by the admin API and sent to webhooks. It
+// shows the request exactly as it will be forwarded if approved: method, URL (query
+// included, nothing redacted: the sandbox chose all of it), every forwarded header and the
+// body (a preview here; the whole body from GET /v1/approvals/{id}/body). It never holds a
+// credential value: credentials are named, and attached only after approval.
 type Record struct {
-	ID            string            `json:"id"`
-	State         string            `json:"state"`
-	Sandbox       string            `json:"sandbox"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	Method        string            `json:"method"`
-	URL           string            `json:"url"`
-	ContentType   string            `json:"content_type,omitempty"`
-	BodyPreview   string            `json:"body_preview"`
-	BodySize      int64             `json:"body_size"`
-	BodyTruncated bool              `json:"body_truncated,omitempty"`
-	BodySHA256    string            `json:"body_sha256"`
-	// RequestSHA256 binds the approval to method, URL, the policy-visible headers and body.
+	ID      string            `json:"id"`
+	State   State             `json:"state"`
+	Sandbox string            `json:"sandbox"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Method  string            `json:"method"`
+	// URL is scheme://host[:port] followed by the request target exactly as it is sent.
+	URL string `json:"url"`
+	// Headers are every header that is forwarded, with all values in order. Only what
+	// airlock itself adds after approval (credentials, hop-by-hop framing) is not here.
+	Headers http.Header `json:"headers"`
+	// Warnings call out what changes the request's meaning at the upstream beyond method and
+	// URL: method-override headers and parameters, routing headers, encoded bodies, upgrades.
+	Warnings      []string `json:"warnings,omitempty"`
+	ContentType   string   `json:"content_type,omitempty"`
+	BodyPreview   string   `json:"body_preview"`
+	BodySize      int64    `json:"body_size"`
+	BodyTruncated bool     `json:"body_truncated,omitempty"`
+	BodySHA256    string   `json:"body_sha256"`
+	// RequestSHA256 binds the approval to method, URL, every forwarded header and the body
+	// (RequestHash).
 	RequestSHA256 string    `json:"request_sha256"`
 	Rule          string    `json:"rule"`
 	Reason        string    `json:"reason"`
@@ -59,67 +91,50 @@ type Record struct {
 // Pending reports whether the record still waits for a decision.
 func (r Record) Pending() bool { return r.State == StatePending }
 
-// sensitiveHeader reports headers that never take part in an approval: they carry the
-// sandbox's proxy credential or credentials the proxy attaches itself.
-func sensitiveHeader(k string) bool {
-	k = strings.ToLower(k)
-	return k == "authorization" || k == "cookie" || strings.HasPrefix(k, "proxy-")
-}
+// hashDomain starts every encoding RequestHash makes; a new encoding gets a new domain.
+const hashDomain = "airlock-approval-v2"
 
-// RequestHash is the SHA-256 (hex) that binds an approval to a request: method, full URL,
-// the headers the policy saw (names lower-cased and sorted, values in order; Authorization,
-// Cookie and Proxy-* excluded) and the body, each length-prefixed so no two requests share
-// an encoding.
-func RequestHash(method, rawURL string, h http.Header, body []byte) string {
+// RequestHash is the SHA-256 (hex) that binds an approval to a request. It covers the method
+// (as sent, case kept), the URL (scheme://host[:port] and the request target exactly as sent),
+// every header in h (names exactly as sent, sorted; all values in order) and the body. Every
+// part is length-prefixed and counted, so no two different requests share an encoding. h
+// must be the headers that are forwarded: nothing in it is skipped.
+func RequestHash(method, url string, h http.Header, body []byte) string {
 	d := sha256.New()
-	field := func(p []byte) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+	var n [8]byte
+	count := func(c int) {
+		binary.BigEndian.PutUint64(n[:], uint64(c))
 		d.Write(n[:])
-		d.Write(p)
 	}
-	field([]byte("airlock-approval-v1"))
-	field([]byte(strings.ToUpper(method)))
-	field([]byte(rawURL))
-	writeHeaders(field, h)
-	field(body)
+	field := func(s string) {
+		count(len(s))
+		d.Write([]byte(s))
+	}
+	field(hashDomain)
+	field(method)
+	field(url)
+	names := slices.Sorted(maps.Keys(h))
+	count(len(names))
+	for _, k := range names {
+		field(k)
+		count(len(h[k]))
+		for _, v := range h[k] {
+			field(v)
+		}
+	}
+	count(len(body))
+	d.Write(body)
 	return hex.EncodeToString(d.Sum(nil))
 }
 
-func writeHeaders(field func([]byte), h http.Header) {
-	merged := map[string][]string{}
-	for k, vs := range h {
-		if sensitiveHeader(k) {
-			continue
-		}
-		lk := strings.ToLower(k)
-		merged[lk] = append(merged[lk], vs...)
-	}
-	keys := make([]string, 0, len(merged))
-	for k := range merged {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(keys)))
-	field(n[:])
-	for _, k := range keys {
-		field([]byte(k))
-		binary.BigEndian.PutUint64(n[:], uint64(len(merged[k])))
-		field(n[:])
-		for _, v := range merged[k] {
-			field([]byte(v))
-		}
-	}
-}
-
-// secretQueryWords mark query parameters whose values are redacted in records.
+// secretQueryWords mark query parameters whose values RedactURL hides.
 var secretQueryWords = [...]string{"token", "key", "secret", "password", "passwd", "pwd",
 	"auth", "sig", "credential", "session", "code", "jwt", "bearer"}
 
 // RedactURL returns rawURL with user info and the values of secret-looking query
 // parameters (names containing token, key, secret, password, auth, sig, …) replaced by
-// "[redacted]". An unparsable URL is replaced whole.
+// "[redacted]". An unparsable URL is replaced whole. Records show the URL in full; this is
+// for airlock's own log lines and notification addresses.
 func RedactURL(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil {

@@ -43,22 +43,28 @@ type Options struct {
 // Service holds requests for approval. It implements the proxy's Approver interface and
 // serves the admin API (Handler). Create with New, stop with Close.
 type Service struct {
-	cfg          Config
-	store        Store
-	ownStore     bool
-	log          *slog.Logger
-	hc           *http.Client
-	poll         time.Duration
-	attempts     int
-	backoff      time.Duration
-	now          func() time.Time
-	approvers    *bearer.Set
-	serviceToken secretString
-	events       *broker
-	pages        *template.Template
+	cfg           Config
+	store         Store
+	ownStore      bool
+	log           *slog.Logger
+	hc            *http.Client
+	poll          time.Duration
+	attempts      int
+	backoff       time.Duration
+	now           func() time.Time
+	approvers     *bearer.Set
+	approverNames map[string]bool
+	serviceToken  secretString
+	events        *broker
+	pages         *template.Template
+	logins        *throttle  // failed sign-ins and bearer tokens, per client address and name
+	hooks         *hookLimit // webhooks per sandbox
 
 	mu      sync.Mutex
 	waiters map[string]chan Record
+	// holding counts this Service's pending requests per sandbox and request hash: an
+	// identical request already waiting is not announced again.
+	holding map[string]int
 
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -89,7 +95,10 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		now:      o.Now,
 		events:   newBroker(),
 		pages:    parsePageTemplates(),
+		logins:   newThrottle(loginFailures, loginWindow),
+		hooks:    newHookLimit(cfg.WebhookBurst, cfg.WebhookInterval.D()),
 		waiters:  map[string]chan Record{},
+		holding:  map[string]int{},
 		closing:  make(chan struct{}),
 	}
 	if s.log == nil {
@@ -114,6 +123,10 @@ func New(ctx context.Context, o Options) (*Service, error) {
 	var err error
 	if s.approvers, err = loadApprovers(cfg.Approvers); err != nil {
 		return nil, err
+	}
+	s.approverNames = map[string]bool{}
+	for _, a := range cfg.Approvers {
+		s.approverNames[a.Name] = true
 	}
 	if cfg.ServiceTokenFile != "" {
 		b, err := os.ReadFile(cfg.ServiceTokenFile)
@@ -177,11 +190,12 @@ func (s *Service) closeStore() error {
 	return nil
 }
 
-// Decide approves or denies a pending record as approver `by` (state is StateApproved or
-// StateDenied). A record that is no longer pending gives ErrDecided with its current form.
-func (s *Service) Decide(ctx context.Context, id, state, by, comment string) (Record, error) {
-	if state != StateApproved && state != StateDenied {
-		return Record{}, fmt.Errorf("decide approval %s: state must be approved or denied, got %q", id, state)
+// Decide ends a pending record as approver `by`: StateApproved, StateDenied, or
+// StateCancelled (withdrawn without a judgement). A record that is no longer pending gives
+// ErrDecided with its current form.
+func (s *Service) Decide(ctx context.Context, id string, state State, by, comment string) (Record, error) {
+	if !state.ByApprover() {
+		return Record{}, fmt.Errorf("decide approval %s: state must be approved, denied or cancelled, got %q", id, state)
 	}
 	if by == "" {
 		return Record{}, fmt.Errorf("decide approval %s: no approver name", id)
@@ -214,18 +228,27 @@ func (s *Service) List(ctx context.Context, f ListFilter) ([]Record, error) {
 // behind is dropped (its channel is closed).
 func (s *Service) Subscribe() (<-chan Event, func()) { return s.events.subscribe() }
 
-func (s *Service) register(id string) chan Record {
-	ch := make(chan Record, 1)
+// register makes rec's waiter; duplicate reports that an identical request from the same
+// sandbox is already waiting here.
+func (s *Service) register(rec Record) (ch chan Record, duplicate bool) {
+	ch = make(chan Record, 1)
+	key := rec.Sandbox + "\x00" + rec.RequestSHA256
 	s.mu.Lock()
-	s.waiters[id] = ch
-	s.mu.Unlock()
-	return ch
+	defer s.mu.Unlock()
+	s.waiters[rec.ID] = ch
+	duplicate = s.holding[key] > 0
+	s.holding[key]++
+	return ch, duplicate
 }
 
-func (s *Service) unregister(id string) {
+func (s *Service) unregister(rec Record) {
+	key := rec.Sandbox + "\x00" + rec.RequestSHA256
 	s.mu.Lock()
-	delete(s.waiters, id)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	delete(s.waiters, rec.ID)
+	if s.holding[key]--; s.holding[key] <= 0 {
+		delete(s.holding, key)
+	}
 }
 
 // deliver hands a decided record to its local waiter, if any; duplicates are dropped.

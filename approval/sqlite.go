@@ -30,9 +30,26 @@ func openSQLite(ctx context.Context, path string) (Store, error) {
 	// One connection: SQLite serialises writers anyway, and this avoids SQLITE_BUSY between
 	// this process's own connections.
 	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	if err := migrateSQLite(ctx, db); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open approval store sqlite:%s: create schema: %w", path, err)
+		return nil, fmt.Errorf("open approval store sqlite:%s: %w", path, err)
 	}
 	return &sqlStore{db: db}, nil
+}
+
+func migrateSQLite(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	has := func(col string) (bool, error) {
+		var n int
+		err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info('airlock_approvals') WHERE name = ?`, col).Scan(&n)
+		return n > 0, err
+	}
+	if err := migrate(ctx, tx, "BLOB", has); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

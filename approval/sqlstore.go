@@ -18,6 +18,7 @@ type sqlStore struct {
 	postgres bool // placeholders $n instead of ?
 }
 
+// schema creates the tables when missing; BLOB is the dialect's byte-string type.
 const schema = `CREATE TABLE IF NOT EXISTS airlock_approvals (
 	id TEXT PRIMARY KEY,
 	state TEXT NOT NULL,
@@ -44,11 +45,42 @@ const schema = `CREATE TABLE IF NOT EXISTS airlock_approvals (
 );
 CREATE INDEX IF NOT EXISTS airlock_approvals_state ON airlock_approvals (state, expires);
 CREATE INDEX IF NOT EXISTS airlock_approvals_request ON airlock_approvals (request_sha256);
-CREATE INDEX IF NOT EXISTS airlock_approvals_created ON airlock_approvals (created);` + revocationSchema
+CREATE INDEX IF NOT EXISTS airlock_approvals_created ON airlock_approvals (created);` + revocationSchema + sessionSchema
+
+// addedColumns are columns added after the first release, with their definitions: a store
+// created by an older airlock gets them at open (ALTER TABLE … ADD COLUMN).
+var addedColumns = [...][2]string{
+	{"headers", "TEXT NOT NULL DEFAULT '{}'"},
+	{"warnings", "TEXT NOT NULL DEFAULT '[]'"},
+	// body is the exact held body; NULL once it is not kept (expired, disconnected).
+	{"body", "BLOB"},
+}
 
 const columns = `id, state, sandbox, labels, method, url, content_type, body_preview, body_size,
 	body_truncated, body_sha256, request_sha256, rule, reason, credentials, created, expires,
-	decided_by, decided_at, comment, retry_of, reused_by`
+	decided_by, decided_at, comment, retry_of, reused_by, headers, warnings`
+
+// migrate creates the schema and adds the columns an older store lacks. blob is the
+// dialect's byte-string type; hasColumn reports whether airlock_approvals has a column.
+func migrate(ctx context.Context, tx *sql.Tx, blob string, hasColumn func(string) (bool, error)) error {
+	if _, err := tx.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	for _, c := range addedColumns {
+		ok, err := hasColumn(c[0])
+		if err != nil {
+			return fmt.Errorf("inspect schema: %w", err)
+		}
+		if ok {
+			continue
+		}
+		def := strings.ReplaceAll(c[1], "BLOB", blob)
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE airlock_approvals ADD COLUMN `+c[0]+` `+def); err != nil {
+			return fmt.Errorf("add column %s: %w", c[0], err)
+		}
+	}
+	return nil
+}
 
 // q rewrites ? placeholders to $1, $2, … for PostgreSQL.
 func (s *sqlStore) q(query string) string {
@@ -82,47 +114,76 @@ func fromNanos(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-func (s *sqlStore) Create(ctx context.Context, r Record) error {
-	labels, err := json.Marshal(r.Labels)
-	if err != nil {
-		return fmt.Errorf("store approval %s: labels: %w", r.ID, err)
+func (s *sqlStore) Create(ctx context.Context, r Record, body []byte) error {
+	var enc [4][]byte
+	for i, v := range []any{r.Labels, r.Credentials, r.Headers, r.Warnings} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("store approval %s: %w", r.ID, err)
+		}
+		enc[i] = b
 	}
-	creds, err := json.Marshal(r.Credentials)
-	if err != nil {
-		return fmt.Errorf("store approval %s: credentials: %w", r.ID, err)
+	if body == nil {
+		body = []byte{} // kept, and empty: NULL means "not kept"
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO airlock_approvals (`+columns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		r.ID, r.State, r.Sandbox, string(labels), r.Method, r.URL, r.ContentType, r.BodyPreview,
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO airlock_approvals (`+columns+`, body)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.ID, r.State, r.Sandbox, string(enc[0]), r.Method, r.URL, r.ContentType, r.BodyPreview,
 		r.BodySize, r.BodyTruncated, r.BodySHA256, r.RequestSHA256, r.Rule, r.Reason,
-		string(creds), nanos(r.Created), nanos(r.Expires), r.DecidedBy, nanos(r.DecidedAt),
-		r.Comment, r.RetryOf, r.ReusedBy)
+		string(enc[1]), nanos(r.Created), nanos(r.Expires), r.DecidedBy, nanos(r.DecidedAt),
+		r.Comment, r.RetryOf, r.ReusedBy, string(enc[2]), string(enc[3]), body)
 	if err != nil {
 		return fmt.Errorf("store approval %s: %w", r.ID, err)
 	}
 	return nil
 }
 
+func (s *sqlStore) Body(ctx context.Context, id string) ([]byte, error) {
+	var (
+		gone int
+		b    []byte
+	)
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT CASE WHEN body IS NULL THEN 1 ELSE 0 END, body
+		FROM airlock_approvals WHERE id = ?`), id).Scan(&gone, &b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("approval %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read body of approval %q: %w", id, err)
+	}
+	if gone == 1 {
+		return nil, fmt.Errorf("approval %q: %w", id, ErrBodyGone)
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	return b, nil
+}
+
 type scanner interface{ Scan(dest ...any) error }
 
 func scanRecord(sc scanner) (Record, error) {
 	var (
-		r                           Record
-		labels, creds               string
-		created, expires, decidedAt int64
+		r                                Record
+		labels, creds, headers, warnings string
+		created, expires, decidedAt      int64
 	)
 	err := sc.Scan(&r.ID, &r.State, &r.Sandbox, &labels, &r.Method, &r.URL, &r.ContentType,
 		&r.BodyPreview, &r.BodySize, &r.BodyTruncated, &r.BodySHA256, &r.RequestSHA256, &r.Rule,
 		&r.Reason, &creds, &created, &expires, &r.DecidedBy, &decidedAt, &r.Comment, &r.RetryOf,
-		&r.ReusedBy)
+		&r.ReusedBy, &headers, &warnings)
 	if err != nil {
 		return Record{}, err
 	}
-	if err := json.Unmarshal([]byte(labels), &r.Labels); err != nil {
-		return Record{}, fmt.Errorf("approval %s: labels: %w", r.ID, err)
-	}
-	if err := json.Unmarshal([]byte(creds), &r.Credentials); err != nil {
-		return Record{}, fmt.Errorf("approval %s: credentials: %w", r.ID, err)
+	for _, f := range []struct {
+		name string
+		src  string
+		dst  any
+	}{{"labels", labels, &r.Labels}, {"credentials", creds, &r.Credentials},
+		{"headers", headers, &r.Headers}, {"warnings", warnings, &r.Warnings}} {
+		if err := json.Unmarshal([]byte(f.src), f.dst); err != nil {
+			return Record{}, fmt.Errorf("approval %s: %s: %w", r.ID, f.name, err)
+		}
 	}
 	r.Created, r.Expires, r.DecidedAt = fromNanos(created), fromNanos(expires), fromNanos(decidedAt)
 	return r, nil
@@ -180,8 +241,17 @@ func (s *sqlStore) List(ctx context.Context, f ListFilter) ([]Record, error) {
 }
 
 func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Record, error) {
+	if d.State == StatePending || !d.State.Valid() {
+		return Record{}, fmt.Errorf("decide approval %q: not a final state: %q", id, d.State)
+	}
+	// The body of a request nobody decided is not kept: a sandbox that keeps abandoning
+	// held requests must not fill the store's disk.
+	keep := "body"
+	if !d.State.ByApprover() {
+		keep = "NULL"
+	}
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE airlock_approvals
-		SET state = ?, decided_by = ?, comment = ?, decided_at = ?
+		SET state = ?, decided_by = ?, comment = ?, decided_at = ?, body = `+keep+`
 		WHERE id = ? AND state = ?`), d.State, d.By, d.Comment, nanos(d.At), id, StatePending)
 	if err != nil {
 		return Record{}, fmt.Errorf("decide approval %q: %w", id, err)
@@ -242,7 +312,7 @@ func (s *sqlStore) UseGrant(ctx context.Context, g GrantQuery) (Record, bool, er
 
 func (s *sqlStore) ExpireDue(ctx context.Context, now time.Time) (int, error) {
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE airlock_approvals
-		SET state = ?, decided_by = ?, comment = ?, decided_at = ?
+		SET state = ?, decided_by = ?, comment = ?, decided_at = ?, body = NULL
 		WHERE state = ? AND expires < ?`), StateExpired, DecidedBySystem,
 		"no decision before the timeout", nanos(now), StatePending, nanos(now))
 	if err != nil {

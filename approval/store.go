@@ -14,20 +14,27 @@ var (
 	ErrNotFound = errors.New("approval not found")
 	// ErrDecided: the record was already decided, expired or cancelled (the API answers 409).
 	ErrDecided = errors.New("approval already decided")
+	// ErrBodyGone: the record exists but its body is not kept (it expired, or the agent went
+	// away, before anyone decided; the API answers 410).
+	ErrBodyGone = errors.New("approval body not kept")
 )
 
 // Store keeps approval records. Implementations must be safe for concurrent use and may be
 // shared by several airlock replicas: every state change is a conditional update of a
 // pending record, so exactly one decision wins.
 type Store interface {
-	// Create inserts a new record.
-	Create(ctx context.Context, r Record) error
+	// Create inserts a new record with the exact body it holds.
+	Create(ctx context.Context, r Record, body []byte) error
 	// Get returns one record or ErrNotFound.
 	Get(ctx context.Context, id string) (Record, error)
+	// Body returns a record's exact body: ErrNotFound for an unknown id, ErrBodyGone when
+	// it is not kept (a record that expired or whose agent went away drops it).
+	Body(ctx context.Context, id string) ([]byte, error)
 	// List returns records, newest first.
 	List(ctx context.Context, f ListFilter) ([]Record, error)
 	// Decide moves a pending record to d.State. A record that is not pending is returned
-	// with ErrDecided; an unknown id gives ErrNotFound.
+	// with ErrDecided; an unknown id gives ErrNotFound. Ending in a state no approver chose
+	// (expired, disconnected) drops the body.
 	Decide(ctx context.Context, id string, d Decision) (Record, error)
 	// Decided returns those of ids that are no longer pending.
 	Decided(ctx context.Context, ids []string) ([]Record, error)
@@ -38,19 +45,21 @@ type Store interface {
 	ExpireDue(ctx context.Context, now time.Time) (int, error)
 	// CredentialRevocations: the shared list of revoked proxy credentials.
 	CredentialRevocations
+	// Sessions: the approval page's sign-ins, shared by every replica.
+	Sessions
 	// Close releases the store.
 	Close() error
 }
 
 // ListFilter selects records; zero fields select everything.
 type ListFilter struct {
-	State string
+	State State
 	Limit int // 0: 500
 }
 
 // Decision ends a pending record.
 type Decision struct {
-	State   string // approved, denied, expired, cancelled
+	State   State // any state but pending
 	By      string
 	Comment string
 	At      time.Time

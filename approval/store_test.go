@@ -1,17 +1,26 @@
 package approval
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
+	"net/http"
+	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 func testRecord(id string, created time.Time) Record {
 	return Record{
 		ID: id, State: StatePending, Sandbox: "sbx-1", Labels: map[string]string{"tenant": "acme"},
-		Method: "POST", URL: "https://api.example.com/x", ContentType: "application/json",
+		Method: "POST", URL: "https://api.example.com/x?b=2&a=1", ContentType: "application/json",
+		Headers:     http.Header{"Content-Type": {"application/json"}, "Cookie": {"a=1", "b=2"}},
+		Warnings:    []string{`method override: header X-HTTP-Method-Override: "DELETE"`},
 		BodyPreview: `{"a":1}`, BodySize: 7, BodySHA256: "b0d", RequestSHA256: "req-" + id,
 		Rule: "r", Reason: "why", Credentials: []string{"gh"},
 		Created: created.UTC(), Expires: created.Add(time.Minute).UTC(),
@@ -27,13 +36,30 @@ func TestStore(t *testing.T) {
 			t0 := time.Unix(1_800_000_000, 123456789).UTC()
 
 			a, b := testRecord("apr-a", t0), testRecord("apr-b", t0.Add(time.Second))
+			body := []byte("{\"a\":1}\x00\xff")
 			for _, r := range []Record{a, b} {
-				if err := st.Create(ctx, r); err != nil {
+				if err := st.Create(ctx, r, body); err != nil {
 					t.Fatalf("Create(%s): %v", r.ID, err)
 				}
 			}
-			if err := st.Create(ctx, a); err == nil {
+			if err := st.Create(ctx, a, nil); err == nil {
 				t.Error("Create of a duplicate id: got nil error, want one")
+			}
+			if got, err := st.Body(ctx, "apr-a"); err != nil || !bytes.Equal(got, body) {
+				t.Errorf("Body: got %q, %v; want the exact bytes %q", got, err, body)
+			}
+			empty := testRecord("apr-empty", t0)
+			if err := st.Create(ctx, empty, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := st.Body(ctx, "apr-empty"); err != nil || len(got) != 0 {
+				t.Errorf("Body of a bodyless request: got %q, %v; want empty, no error", got, err)
+			}
+			if _, err := st.Decide(ctx, "apr-empty", Decision{State: StateDenied, By: "oncall", At: t0}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Body(ctx, "apr-none"); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Body(unknown): got %v, want ErrNotFound", err)
 			}
 			got, err := st.Get(ctx, "apr-a")
 			if err != nil {
@@ -46,6 +72,9 @@ func TestStore(t *testing.T) {
 				t.Errorf("Get(unknown): got %v, want ErrNotFound", err)
 			}
 
+			if _, err := st.Decide(ctx, "apr-b", Decision{State: StatePending, By: "x", At: t0}); err == nil {
+				t.Error("Decide to pending: got nil error, want one")
+			}
 			list, err := st.List(ctx, ListFilter{State: StatePending})
 			if err != nil || len(list) != 2 || list[0].ID != "apr-b" {
 				t.Fatalf("List(pending): got %d records (first %v), err %v; want 2, newest apr-b first", len(list), ids(list), err)
@@ -102,6 +131,12 @@ func TestStore(t *testing.T) {
 			}
 			if r, _ := st.Get(ctx, "apr-a"); r.State != StateApproved {
 				t.Errorf("after ExpireDue: apr-a is %q, want approved (decided records never expire)", r.State)
+			}
+			if got, err := st.Body(ctx, "apr-a"); err != nil || !bytes.Equal(got, body) {
+				t.Errorf("Body of an approved record: got %q, %v; want it kept", got, err)
+			}
+			if _, err := st.Body(ctx, "apr-b"); !errors.Is(err, ErrBodyGone) {
+				t.Errorf("Body of an expired record: got %v, want ErrBodyGone (not kept)", err)
 			}
 		})
 	}
@@ -178,5 +213,100 @@ func TestCredentialRevocationsFailWhenClosed(t *testing.T) {
 	st.Close()
 	if _, err := st.CredentialsRevoked(context.Background(), "sbx-1", time.Now()); err == nil {
 		t.Error("CredentialsRevoked on a closed store: got nil error")
+	}
+}
+
+// TestStoreSessions: a session made through one handle is found through another (as another
+// replica finds it) until it expires or is deleted; only its id's hash is stored.
+func TestStoreSessions(t *testing.T) {
+	for _, k := range storeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn := k.dsn(t)
+			a, b := openTestStore(t, dsn), openTestStore(t, dsn)
+			t0 := time.Unix(1_800_000_000, 0).UTC()
+			ses := Session{IDSHA256: sessionIDHash("id-1"), Approver: "oncall", Created: t0, Expires: t0.Add(time.Hour)}
+			if err := a.CreateSession(ctx, ses); err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.LookupSession(ctx, ses.IDSHA256, t0.Add(time.Minute))
+			if err != nil || got != ses {
+				t.Errorf("LookupSession through the other handle: got %+v, %v; want %+v", got, err, ses)
+			}
+			if _, err := b.LookupSession(ctx, ses.IDSHA256, t0.Add(time.Hour)); !errors.Is(err, ErrNotFound) {
+				t.Errorf("LookupSession at expiry: got %v, want ErrNotFound", err)
+			}
+			if _, err := b.LookupSession(ctx, sessionIDHash("id-2"), t0); !errors.Is(err, ErrNotFound) {
+				t.Errorf("LookupSession(unknown): got %v, want ErrNotFound", err)
+			}
+			if err := b.DeleteSession(ctx, ses.IDSHA256); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.LookupSession(ctx, ses.IDSHA256, t0.Add(time.Minute)); !errors.Is(err, ErrNotFound) {
+				t.Errorf("LookupSession after DeleteSession elsewhere: got %v, want ErrNotFound", err)
+			}
+			if err := a.DeleteSession(ctx, ses.IDSHA256); err != nil {
+				t.Errorf("deleting an ended session again: %v", err)
+			}
+		})
+	}
+}
+
+// oldSchema is the approvals table as the first release created it.
+const oldSchema = `CREATE TABLE airlock_approvals (
+	id TEXT PRIMARY KEY, state TEXT NOT NULL, sandbox TEXT NOT NULL, labels TEXT NOT NULL,
+	method TEXT NOT NULL, url TEXT NOT NULL, content_type TEXT NOT NULL, body_preview TEXT NOT NULL,
+	body_size BIGINT NOT NULL, body_truncated BOOLEAN NOT NULL, body_sha256 TEXT NOT NULL,
+	request_sha256 TEXT NOT NULL, rule TEXT NOT NULL, reason TEXT NOT NULL, credentials TEXT NOT NULL,
+	created BIGINT NOT NULL, expires BIGINT NOT NULL, decided_by TEXT NOT NULL, decided_at BIGINT NOT NULL,
+	comment TEXT NOT NULL, retry_of TEXT NOT NULL, reused_by TEXT NOT NULL)`
+
+// TestStoreMigratesOldSchema: a store created by the first release opens, keeps its records
+// and gains the new columns.
+func TestStoreMigratesOldSchema(t *testing.T) {
+	for _, k := range storeKinds() {
+		t.Run(k.name, func(t *testing.T) {
+			ctx := context.Background()
+			var dsn string
+			var db *sql.DB
+			if k.name == "sqlite" {
+				p := filepath.Join(t.TempDir(), "old.db")
+				dsn = "sqlite:" + p
+				var err error
+				if db, err = sql.Open("sqlite", p); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				dsn = k.dsn(t)
+				cfg, err := pgx.ParseConfig(dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				db = stdlib.OpenDB(*cfg)
+			}
+			defer db.Close()
+			if _, err := db.ExecContext(ctx, oldSchema); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, `INSERT INTO airlock_approvals VALUES ('apr-old', 'approved', 'sbx', '{}',
+				'POST', 'https://h/', '', '', 0, false, 'b', 'r', 'rule', 'why', '[]', 1, 2, 'oncall', 3, '', '', '')`); err != nil {
+				t.Fatal(err)
+			}
+			st := openTestStore(t, dsn)
+			r, err := st.Get(ctx, "apr-old")
+			if err != nil || r.State != StateApproved || r.DecidedBy != "oncall" {
+				t.Fatalf("old record after migration: got %+v, %v", r, err)
+			}
+			if _, err := st.Body(ctx, "apr-old"); !errors.Is(err, ErrBodyGone) {
+				t.Errorf("body of a record from before bodies were kept: got %v, want ErrBodyGone", err)
+			}
+			rec := testRecord("apr-new", time.Now())
+			if err := st.Create(ctx, rec, []byte("x")); err != nil {
+				t.Fatalf("Create after migration: %v", err)
+			}
+			if got, _ := st.Get(ctx, "apr-new"); !reflect.DeepEqual(got.Headers, rec.Headers) {
+				t.Errorf("headers after migration: got %v, want %v", got.Headers, rec.Headers)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"syscall"
@@ -36,10 +37,29 @@ func clientGone(c net.Conn) bool {
 			gone = true
 		case err != nil && !errors.Is(err, syscall.EAGAIN):
 			gone = true
+		case err == nil && peerClosed(fd):
+			// Bytes wait, but the peer has closed its end after them: a TLS client sends
+			// close_notify before its FIN, so the peek never sees end-of-file.
+			gone = true
 		}
 		return true
 	})
 	return gone
+}
+
+// tcpCloseWait is the TCP state after the peer's FIN (include/net/tcp_states.h).
+const tcpCloseWait = 8
+
+// peerClosed reports whether the TCP connection fd has received its peer's FIN: the state
+// is the first byte of struct tcp_info, which the kernel copies for any shorter length.
+func peerClosed(fd uintptr) bool {
+	v, err := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_INFO)
+	if err != nil {
+		return false
+	}
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], uint32(v))
+	return b[0] == tcpCloseWait
 }
 
 // watchClient returns a context cancelled when the client of a held request inside a tunnel

@@ -34,6 +34,8 @@ type reqState struct {
 	end   func(*audit.Event)
 	creds []string
 	done  bool
+	// approved is the binding of a held request that was approved (nil otherwise).
+	approved *approvedRequest
 }
 
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {

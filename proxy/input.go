@@ -66,14 +66,3 @@ func requestInput(id identity.Identity, r *http.Request, t target) *rego.Input {
 		},
 	}
 }
-
-// policyHeaders is the header set the policy saw, for binding an approval to it.
-func policyHeaders(h http.Header) http.Header {
-	out := make(http.Header, len(h))
-	for k, v := range h {
-		if !hiddenHeaders[k] {
-			out[k] = v
-		}
-	}
-	return out
-}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/identity"
 )
@@ -53,6 +54,14 @@ type Limits struct {
 	UpstreamHeaderTimeout time.Duration // wait for upstream response headers; default 60s
 	MaxInFlightPerSandbox int           // concurrent requests per sandbox; default 512 (more: 429)
 	MaxConnsPerListener   int           // accepted connections per listener; default 20000
+	// Requests waiting for approval, per sandbox: how many at once (more: 429) and their
+	// buffered bodies together (more: 413); and all sandboxes' held bodies together (more:
+	// 413). Defaults: approval.DefaultMaxPendingPerSandbox, DefaultMaxHeldBytesPerSandbox,
+	// DefaultMaxHeldBytes (approvals.max_pending_per_sandbox, max_held_bytes_per_sandbox,
+	// max_held_bytes in the config file).
+	MaxHeldPerSandbox      int
+	MaxHeldBytesPerSandbox int64
+	MaxHeldBytes           int64
 }
 
 func (l *Limits) setDefaults() {
@@ -77,6 +86,15 @@ func (l *Limits) setDefaults() {
 	if l.MaxConnsPerListener <= 0 {
 		l.MaxConnsPerListener = 20000
 	}
+	if l.MaxHeldPerSandbox <= 0 {
+		l.MaxHeldPerSandbox = approval.DefaultMaxPendingPerSandbox
+	}
+	if l.MaxHeldBytesPerSandbox <= 0 {
+		l.MaxHeldBytesPerSandbox = max(int64(approval.DefaultMaxHeldBytesPerSandbox), l.MaxBodyBytes)
+	}
+	if l.MaxHeldBytes <= 0 {
+		l.MaxHeldBytes = max(int64(approval.DefaultMaxHeldBytes), l.MaxHeldBytesPerSandbox)
+	}
 }
 
 // Proxy is a running airlock proxy. It serves any number of listeners.
@@ -88,6 +106,7 @@ type Proxy struct {
 	tr     *http.Transport
 	tokens tokens
 	flight inflight
+	held   *heldBudget
 
 	mu      sync.Mutex
 	servers map[*http.Server]struct{}
@@ -113,6 +132,7 @@ func New(opts Options) (*Proxy, error) {
 		opts:    opts,
 		log:     opts.Logger.With("component", "proxy"),
 		servers: map[*http.Server]struct{}{},
+		held:    newHeldBudget(opts.Limits.MaxHeldPerSandbox, opts.Limits.MaxHeldBytesPerSandbox, opts.Limits.MaxHeldBytes),
 	}
 	if opts.ReportOnly {
 		p.log.Warn("REPORT-ONLY MODE: requests the policy denies are let through and recorded as would_deny; nothing is enforced")

@@ -122,6 +122,12 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 		return f.response(req), nil
 	}
 	removeHopHeaders(req.Header)
+	if st.approved != nil {
+		if f := st.approved.verify(req); f != nil {
+			p.log.Error("approved request changed before sending; refused", "sandbox", st.id.ID, "approval", st.approved.id)
+			return fail(*f)
+		}
+	}
 	var scrub secrets.Scrubber
 	if len(st.creds) > 0 {
 		if p.opts.Credentials == nil {

@@ -77,6 +77,8 @@ fuzz_targets=(
 	"FuzzCacheKey ./rego"
 	"FuzzScanBundle ./rego"
 	"FuzzPreview ./approval"
+	"FuzzWarnings ./approval"
+	"FuzzRequestHash ./approval"
 	"FuzzText ./internal/redact"
 	"FuzzWriter ./internal/termsafe"
 	"FuzzLineDiff ./sandbox"

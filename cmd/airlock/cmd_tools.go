@@ -227,7 +227,7 @@ func newApprovalsCmd() *cobra.Command {
 			if s == "all" {
 				s = ""
 			}
-			recs, err := c.List(cmd.Context(), s)
+			recs, err := c.List(cmd.Context(), approval.State(s))
 			if err != nil {
 				return err
 			}
@@ -239,13 +239,22 @@ func newApprovalsCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	list.Flags().StringVar(&state, "state", "pending", "pending, approved, denied, expired, cancelled or all")
+	list.Flags().StringVar(&state, "state", "pending", "pending, approved, denied, cancelled, expired, disconnected or all")
+	var rawBody bool
 	show := &cobra.Command{
-		Use: "show ID", Short: "Show one approval as JSON", Args: cobra.ExactArgs(1),
-		Example: "  airlock approvals show 01J...",
+		Use: "show ID", Short: "Show one approval as JSON (headers, warnings, body preview), or its whole body", Args: cobra.ExactArgs(1),
+		Example: "  airlock approvals show apr-46fe60a07e229987aa316732\n  airlock approvals show apr-46fe60a07e229987aa316732 --body > body.bin",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := client()
 			if err != nil {
+				return err
+			}
+			if rawBody {
+				b, err := c.Body(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(b)
 				return err
 			}
 			r, err := c.Get(cmd.Context(), args[0])
@@ -255,6 +264,7 @@ func newApprovalsCmd() *cobra.Command {
 			return printJSON(cmd.OutOrStdout(), r)
 		},
 	}
+	show.Flags().BoolVar(&rawBody, "body", false, "write the exact held body (all of it) to stdout instead")
 	var comment string
 	decide := func(verb string) *cobra.Command {
 		c := &cobra.Command{
@@ -266,10 +276,13 @@ func newApprovalsCmd() *cobra.Command {
 					return err
 				}
 				var r approval.Record
-				if verb == "approve" {
+				switch verb {
+				case "approve":
 					r, err = cl.Approve(cmd.Context(), args[0], comment)
-				} else {
+				case "deny":
 					r, err = cl.Deny(cmd.Context(), args[0], comment)
+				default:
+					r, err = cl.Cancel(cmd.Context(), args[0], comment)
 				}
 				if err != nil {
 					return err
@@ -277,10 +290,10 @@ func newApprovalsCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), r)
 			},
 		}
-		c.Flags().StringVar(&comment, "comment", "", "comment recorded with the decision (shown to the agent on deny)")
+		c.Flags().StringVar(&comment, "comment", "", "comment recorded with the decision (shown to the agent on deny and cancel)")
 		return c
 	}
-	cmd.AddCommand(list, show, decide("approve"), decide("deny"))
+	cmd.AddCommand(list, show, decide("approve"), decide("deny"), decide("cancel"))
 	return cmd
 }
 

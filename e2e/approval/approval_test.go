@@ -223,22 +223,22 @@ func TestDenyAndDisconnectSendNothing(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if r.State == approval.StateCancelled {
+				if r.State == approval.StateDisconnected {
 					break
 				}
 				if time.Now().After(deadline) {
 					e.client.Deny(context.Background(), rec.ID, "test cleanup")
-					t.Fatalf("record after the client went away: got %q, want cancelled", r.State)
+					t.Fatalf("record after the client went away: got %q, want disconnected", r.State)
 				}
 			}
 			if _, err := e.client.Approve(context.Background(), rec.ID, ""); err == nil {
-				t.Error("approving a cancelled request: got nil error, want 409")
+				t.Error("approving a disconnected request: got nil error, want 409")
 			}
 		})
 	}
 	select {
 	case got := <-e.got:
-		t.Errorf("upstream received %q; want nothing for denied and cancelled requests", got)
+		t.Errorf("upstream received %q; want nothing for denied and disconnected requests", got)
 	default:
 	}
 }

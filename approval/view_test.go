@@ -1,0 +1,161 @@
+package approval
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// overrideRequest is a held POST whose headers, query and body all matter to the upstream.
+func overrideRequest(body []byte) Request {
+	r := sampleRequest("")
+	r.URL = "https://api.example.com/items/7?token=sandbox-chosen&_method=PUT"
+	r.Header = http.Header{
+		"Content-Type":           {"application/json"},
+		"Cookie":                 {"session=abc; theme=dark"},
+		"X-Http-Method-Override": {"DELETE"},
+		"X-Evil":                 {`"><script>alert(1)</script>`},
+	}
+	r.Body = body
+	return r
+}
+
+// TestRecordShowsTheWholeRequest: the API record shows the URL unredacted, every forwarded
+// header with its values (the sandbox's Cookie included), warnings for the method overrides,
+// and the body's size; the whole body downloads, byte for byte, as an attachment.
+func TestRecordShowsTheWholeRequest(t *testing.T) {
+	f := newAPIFixture(t)
+	body := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB, longer than the preview
+	body = append(body, 0xff, 0x00)
+	ch := holdAsync(context.Background(), f.s, overrideRequest(body))
+	rec := nextCreated(t, f.ev)
+	c := &Client{BaseURL: f.srv.URL, Token: oncallToken}
+	ctx := context.Background()
+	got, err := c.Get(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.URL != "https://api.example.com/items/7?token=sandbox-chosen&_method=PUT" {
+		t.Errorf("url: got %q, want it whole", got.URL)
+	}
+	if v := got.Headers.Values("Cookie"); len(v) != 1 || v[0] != "session=abc; theme=dark" {
+		t.Errorf("headers.Cookie: got %q, want the sandbox's cookie", v)
+	}
+	if v := got.Headers.Get("X-Http-Method-Override"); v != "DELETE" {
+		t.Errorf("headers.X-Http-Method-Override: got %q", v)
+	}
+	warn := strings.Join(got.Warnings, "\n")
+	for _, w := range []string{"X-Http-Method-Override", `"_method"="PUT"`} {
+		if !strings.Contains(warn, w) {
+			t.Errorf("warnings %q lack %s", got.Warnings, w)
+		}
+	}
+	if got.BodySize != int64(len(body)) || !got.BodyTruncated || int64(len(got.BodyPreview)) > int64(DefaultBodyPreview) {
+		t.Errorf("body: size %d truncated %v preview %d bytes; want %d, true, at most %d", got.BodySize, got.BodyTruncated, len(got.BodyPreview), len(body), DefaultBodyPreview)
+	}
+
+	whole, err := c.Body(ctx, rec.ID)
+	if err != nil || !bytes.Equal(whole, body) {
+		t.Errorf("Body: got %d bytes, %v; want the exact %d", len(whole), err, len(body))
+	}
+	resp, _ := do(t, "GET", f.srv.URL+"/v1/approvals/"+rec.ID+"/body", map[string]string{"Authorization": "Bearer " + oncallToken}, "")
+	for k, want := range map[string]string{"Content-Type": "application/octet-stream", "X-Content-Type-Options": "nosniff",
+		"Content-Disposition": `attachment; filename=` + rec.ID + `.body`, "X-Airlock-Body-Sha256": sha256Hex(body)} {
+		if got := resp.Header.Get(k); got != want {
+			t.Errorf("body download %s: got %q, want %q", k, got, want)
+		}
+	}
+	if resp, _ := do(t, "GET", f.srv.URL+"/v1/approvals/"+rec.ID+"/body", nil, ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("body download without a token: got %d, want 401", resp.StatusCode)
+	}
+	f.s.Decide(ctx, rec.ID, StateDenied, "oncall", "")
+	waitHold(t, ch)
+}
+
+// TestPageShowsTheWholeRequest: the page lists every header with its value, calls out the
+// method overrides, links the whole body and escapes whatever the sandbox chose.
+func TestPageShowsTheWholeRequest(t *testing.T) {
+	f := newAPIFixture(t)
+	ch := holdAsync(context.Background(), f.s, overrideRequest([]byte(`{"title":"<img src=x onerror=alert(1)>"}`)))
+	rec := nextCreated(t, f.ev)
+	sid := f.signIn(t, "oncall", oncallToken)
+	req, _ := http.NewRequest("GET", f.srv.URL+"/approvals", nil)
+	req.AddCookie(&http.Cookie{Name: cookieName, Value: sid})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	page := string(b)
+	for _, want := range []string{"session=abc; theme=dark", "X-Http-Method-Override", `class="callout"`,
+		"/v1/approvals/" + rec.ID + "/body", "token=sandbox-chosen&amp;_method=PUT"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"<script>alert(1)</script>", "<img src=x"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("page shows sandbox input unescaped: %q", bad)
+		}
+	}
+	f.s.Decide(context.Background(), rec.ID, StateDenied, "oncall", "")
+	waitHold(t, ch)
+}
+
+// TestOutcomesAreAttributed: an approver's deny, an approver's cancel, an expiry and an agent
+// that goes away end in four different states, each saying who ended it, through the API.
+func TestOutcomesAreAttributed(t *testing.T) {
+	f := newAPIFixture(t)
+	c := &Client{BaseURL: f.srv.URL, Token: secondToken}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		end   func(id string, cancel context.CancelFunc) error
+		state State
+		by    string
+	}{
+		{"deny", func(id string, _ context.CancelFunc) error { _, err := c.Deny(ctx, id, "no"); return err }, StateDenied, "second"},
+		{"cancel", func(id string, _ context.CancelFunc) error { _, err := c.Cancel(ctx, id, "duplicate"); return err }, StateCancelled, "second"},
+		{"agent gone", func(_ string, cancel context.CancelFunc) error { cancel(); return nil }, StateDisconnected, DecidedBySystem},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			ch := holdAsync(hctx, f.s, sampleRequest(`{"case":"`+tc.name+`"}`))
+			rec := nextCreated(t, f.ev)
+			if err := tc.end(rec.ID, cancel); err != nil {
+				t.Fatal(err)
+			}
+			res := waitHold(t, ch).res
+			stored, err := c.Get(ctx, rec.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.State != tc.state || stored.State != tc.state || stored.DecidedBy != tc.by || res.Approved() {
+				t.Errorf("got result %s, record %s by %s; want %s by %s", res.State, stored.State, stored.DecidedBy, tc.state, tc.by)
+			}
+		})
+	}
+	if _, err := c.Cancel(ctx, "apr-none", ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("cancel of an unknown id: got %v, want 404", err)
+	}
+	recs, err := c.List(ctx, StateDisconnected)
+	if err != nil || len(recs) != 1 {
+		t.Errorf("List(disconnected): got %d, %v; want 1", len(recs), err)
+	}
+	var e *APIError
+	if _, err := c.List(ctx, "gone"); !errors.As(err, &e) || e.Status != http.StatusBadRequest {
+		t.Errorf("List(unknown state): got %v, want 400", err)
+	}
+	// The record JSON names the state in words an operator reads.
+	b, _ := json.Marshal(Record{State: StateDisconnected})
+	if !strings.Contains(string(b), `"state":"disconnected"`) {
+		t.Errorf("record JSON: %s", b)
+	}
+}
