@@ -113,7 +113,7 @@ func (e *env) drain() []*http.Request {
 
 // TestHoldBindsEverythingForwarded: an approved write is bound to the request exactly as it
 // is forwarded. Within the retry window, a request that differs from it in anything that is
-// forwarded (a cookie, any header, a body byte, the query's order or encoding) is held for a
+// forwarded (a cookie, any header, a body byte, the query's order or values) is held for a
 // new approval and does not use the grant; the identical request passes once, unprompted.
 func TestHoldBindsEverythingForwarded(t *testing.T) {
 	svc := approvals(t, approval.Config{})
@@ -171,7 +171,9 @@ func TestHoldBindsEverythingForwarded(t *testing.T) {
 				{"body one byte longer", func(_ *http.Request, b *[]byte, _ *string) { *b = append(*b, '\n') }},
 				{"body emptied", func(_ *http.Request, b *[]byte, _ *string) { *b = nil }},
 				{"query order", func(_ *http.Request, _ *[]byte, u *string) { *u = strings.Replace(*u, "a=1&b=2", "b=2&a=1", 1) }},
-				{"query encoding", func(_ *http.Request, _ *[]byte, u *string) { *u = strings.Replace(*u, "a=1", "a=%31", 1) }},
+				// The query is forwarded re-encoded from what the policy saw (a=%31 goes out as a=1, the
+				// approved bytes), so only a change in what is decoded is a new request.
+				{"query value changed", func(_ *http.Request, _ *[]byte, u *string) { *u = strings.Replace(*u, "a=1", "a=1+", 1) }},
 				{"query parameter added", func(_ *http.Request, _ *[]byte, u *string) { *u += "&_method=DELETE" }},
 			} {
 				t.Run(v.name, func(t *testing.T) {
