@@ -66,7 +66,7 @@ go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/
 
 say "fuzzing, briefly"
 for t in "FuzzNormalizeHost ./proxy" "FuzzNormalizePath ./proxy" "FuzzRequestInput ./proxy" \
-	"FuzzRemoveHopHeaders ./proxy" "FuzzScrub ./secrets" "FuzzRedactQuery ./audit" \
+	"FuzzRemoveHopHeaders ./proxy" "FuzzScrub ./secrets" "FuzzScrubResponse ./secrets" "FuzzRedactQuery ./audit" \
 	"FuzzParseInputJSON ./rego" "FuzzPreview ./approval"; do
 	set -- $t
 	# An execution count, not a duration: with a duration Go 1.26's fuzz coordinator can

@@ -21,8 +21,9 @@ const Redaction = "[airlock:redacted]"
 // scrubber removes injected values, in every spelling patternsFor lists, from responses. It
 // implements Scrubber.
 type scrubber struct {
-	m *matcher
-	n int // values
+	m          *matcher
+	n          int   // values
+	decodeFree int64 // see maxDecodeRatio
 }
 
 var _ Scrubber = (*scrubber)(nil)
@@ -39,7 +40,7 @@ func newScrubber(vals []Secret) *scrubber {
 	if m == nil {
 		return nil
 	}
-	return &scrubber{m: m, n: len(s)}
+	return &scrubber{m: m, n: len(s), decodeFree: decodeFree}
 }
 
 // Format implements fmt.Formatter: the secrets are never printed.
@@ -95,7 +96,7 @@ func (s *scrubber) ScrubResponse(resp *http.Response) error {
 			return refuse(fmt.Sprintf("content-encoding %q", enc[0]))
 		}
 		in := &countReader{r: body}
-		decoded = &bombGuard{r: &lazyDecoder{src: in, open: d}, in: in}
+		decoded = &bombGuard{r: &lazyDecoder{src: in, open: d}, in: in, free: s.decodeFree}
 	}
 	head := make([]byte, sniffLen)
 	n, err := io.ReadFull(decoded, head)
@@ -329,15 +330,16 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 
 type bombGuard struct {
-	r   io.Reader
-	in  *countReader
-	out int64
+	r    io.Reader
+	in   *countReader
+	out  int64
+	free int64
 }
 
 func (b *bombGuard) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.out += int64(n)
-	if b.out > decodeFree && b.out > maxDecodeRatio*b.in.n {
+	if b.out > b.free && b.out > maxDecodeRatio*b.in.n {
 		return n, &UninspectableError{What: fmt.Sprintf("a body that decodes to more than %d times its size", maxDecodeRatio)}
 	}
 	return n, err

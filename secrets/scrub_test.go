@@ -206,7 +206,7 @@ func TestScrubResponseContent(t *testing.T) {
 	fw, _ := flate.NewWriter(&raw, flate.BestSpeed)
 	fw.Write(echo)
 	fw.Close()
-	bomb := gz(make([]byte, 64<<20))
+	bomb := gz(make([]byte, 8<<20))
 	tests := []struct {
 		name     string
 		header   http.Header
@@ -259,7 +259,9 @@ func TestScrubResponseContent(t *testing.T) {
 			closed := false
 			resp := &http.Response{StatusCode: tt.status, Status: fmt.Sprintf("%d x", tt.status), Header: h,
 				Body: &onClose{Reader: bytes.NewReader(tt.body), f: func() { closed = true }}}
-			err := newScrubber([]Secret{NewSecret(sec)}).ScrubResponse(resp)
+			s := newScrubber([]Secret{NewSecret(sec)})
+			s.decodeFree = 1 << 20 // the bomb below inflates 1000 times: cut off after 1 MiB
+			err := s.ScrubResponse(resp)
 			if tt.refusals != "" {
 				var ue *UninspectableError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.refusals) {
@@ -276,7 +278,7 @@ func TestScrubResponseContent(t *testing.T) {
 			body, err := io.ReadAll(resp.Body)
 			if tt.want == "bomb" {
 				var ue *UninspectableError
-				if !errors.As(err, &ue) || len(body) > maxDecodeRatio*len(tt.body)+decodeFree+64<<10 {
+				if !errors.As(err, &ue) || int64(len(body)) > int64(maxDecodeRatio*len(tt.body))+s.decodeFree+64<<10 {
 					t.Fatalf("bomb: read %d bytes, error %v; want it cut off", len(body), err)
 				}
 				return
@@ -327,4 +329,46 @@ func TestScrubReaderContract(t *testing.T) {
 	if err := iotest.TestReader(s.Reader(io.NopCloser(strings.NewReader(in))), []byte(want)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzScrubResponse: whatever an upstream sends (codings, media type, body bytes, with the
+// value inside them or not), ScrubResponse either refuses it or yields a body without the
+// value, and never fails otherwise.
+func FuzzScrubResponse(f *testing.F) {
+	const sec = "sk-fuzz-0123456789"
+	f.Add("gzip", "text/plain", []byte("a"), []byte("b"), uint8(1))
+	f.Add("deflate", "application/json", []byte("{"), []byte("}"), uint8(2))
+	f.Add("", "application/octet-stream", []byte{0x1f}, []byte{0}, uint8(0))
+	f.Add("gzip, identity", "", []byte("PK"), []byte{}, uint8(3))
+	f.Fuzz(func(t *testing.T, coding, ctype string, pre, post []byte, mode uint8) {
+		plain := append(append(append([]byte(nil), pre...), sec...), post...)
+		body := plain
+		switch mode % 4 {
+		case 1:
+			body = gz(plain)
+		case 2:
+			var b bytes.Buffer
+			w := zlib.NewWriter(&b)
+			w.Write(plain)
+			w.Close()
+			body = b.Bytes()
+		case 3:
+			body = pre // arbitrary bytes under whatever coding is claimed
+		}
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Encoding": {coding}, "Content-Type": {ctype}},
+			Body: io.NopCloser(bytes.NewReader(body))}
+		s := newScrubber([]Secret{NewSecret(sec)})
+		s.decodeFree = 1 << 16
+		if err := s.ScrubResponse(resp); err != nil {
+			var ue *UninspectableError
+			if !errors.As(err, &ue) {
+				t.Fatalf("error %v, want an UninspectableError", err)
+			}
+			return
+		}
+		out, _ := io.ReadAll(resp.Body)
+		if bytes.Contains(bytes.ToLower(out), []byte(sec)) {
+			t.Fatalf("coding %q type %q: the value came through: %q", coding, ctype, out)
+		}
+	})
 }
