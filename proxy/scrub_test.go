@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,41 +27,6 @@ import (
 	"github.com/airlock-proxy/airlock/secrets"
 )
 
-// reflectPolicy attaches the credential "canary" to every request below /echo/ (the
-// destination may reflect it: the default), /quiet/ (declared not to reflect), /ws/ (may
-// upgrade) and /wsquiet/ (both); /open/ carries none.
-const reflectPolicy = `package airlock
-
-default decision := {"action": "deny", "rule": "scrub.deny", "reason": "not allowed"}
-
-decision := {"action": "allow", "rule": "scrub.connect"} if input.phase == "connect"
-
-decision := {"action": "allow", "rule": "scrub.echo", "credentials": ["canary"]} if {
-	input.phase == "request"
-	startswith(input.request.path, "/echo/")
-}
-
-decision := {"action": "allow", "rule": "scrub.quiet", "credentials": ["canary"], "reflects": false} if {
-	input.phase == "request"
-	startswith(input.request.path, "/quiet/")
-}
-
-decision := {"action": "allow", "rule": "scrub.ws", "credentials": ["canary"], "upgrade": true} if {
-	input.phase == "request"
-	startswith(input.request.path, "/ws/")
-}
-
-decision := {"action": "allow", "rule": "scrub.wsquiet", "credentials": ["canary"], "upgrade": true, "reflects": false} if {
-	input.phase == "request"
-	startswith(input.request.path, "/wsquiet/")
-}
-
-decision := {"action": "allow", "rule": "scrub.open"} if {
-	input.phase == "request"
-	startswith(input.request.path, "/open/")
-}
-`
-
 // reflectEnv is the proxy with the real secrets broker, real OPA, an audit recorder and a
 // debug JSON logger, in front of a Reflector served over plain HTTP, HTTPS/1.1 and HTTPS/2.
 type reflectEnv struct {
@@ -77,10 +40,7 @@ type reflectEnv struct {
 
 func newReflectEnv(t *testing.T) *reflectEnv {
 	t.Helper()
-	var b [12]byte
-	rand.Read(b[:])
-	re := &reflectEnv{canary: "sk-canary-" + hex.EncodeToString(b[:]), rf: &e2etest.Reflector{}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
-	t.Setenv("AIRLOCK_TEST_REFLECT_CANARY", re.canary)
+	re := &reflectEnv{rf: &e2etest.Reflector{}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
 	h1 := httptest.NewUnstartedServer(re.rf)
 	h1.StartTLS()
 	t.Cleanup(h1.Close)
@@ -93,7 +53,7 @@ func newReflectEnv(t *testing.T) *reflectEnv {
 	re.bases = map[string]string{"http": plain.URL, "https/1.1": h1.URL, "https/2": h2.URL}
 
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "p.rego"), []byte(reflectPolicy), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "p.rego"), []byte(e2etest.ReflectPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewJSONHandler(&lockedWriter{w: re.logs, mu: re.logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -101,13 +61,8 @@ func newReflectEnv(t *testing.T) *reflectEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broker, err := secrets.New(context.Background(), secrets.Options{Logger: log, Credentials: map[string]secrets.CredentialConfig{
-		"canary": {Env: "AIRLOCK_TEST_REFLECT_CANARY", Inject: secrets.Inject{Header: "Authorization", Value: "Bearer {{ .value }}"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { broker.Close(context.Background()) })
+	broker, canary := e2etest.CanaryBroker(t, log)
+	re.canary = canary
 	c, _ := ca.New()
 	pool := x509.NewCertPool()
 	pool.AddCert(h1.Certificate())
