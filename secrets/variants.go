@@ -22,8 +22,9 @@ type pattern []unit
 const minEncodedLen = 6
 
 // patternsFor returns the patterns that find v in a response: as text in any letter case
-// and with any of its characters escaped (URL percent-encoding in either hex case, `+` for a
-// space, JSON and JavaScript `\uXXXX`, `\xXX` and short escapes, HTML character references),
+// (Unicode simple folding) and with any of its characters escaped (URL percent-encoding in
+// either hex case, `+` for a space, JSON and JavaScript `\uXXXX`, `\UXXXXXXXX`, `\u{X}`,
+// `\xXX` and short escapes, HTML character references),
 // and, for values of minEncodedLen bytes or more, as hex in either case, as UTF-16 (little
 // and big endian), and as standard and URL-safe base64 with and without padding, including
 // the three alignments v can have inside a longer base64 string.
