@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/internal/otlptest"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
@@ -66,8 +68,16 @@ func TestCanarySecretReachesOnlyTheUpstream(t *testing.T) {
 		if strings.Contains(r.Header.Get("Authorization"), canary) {
 			upstreamSaw = true
 		}
-		w.Header().Set("X-Echo-Auth", r.Header.Get("Authorization"))
-		fmt.Fprintf(w, "you sent %q to %s", r.Header.Get("Authorization"), r.URL.Path)
+		auth := r.Header.Get("Authorization")
+		if r.URL.Query().Get("gz") != "" { // a compressed file: refused, never passed on
+			w.Header().Set("Content-Type", "application/gzip")
+			w.Write(e2etest.Gzip([]byte(auth)))
+			return
+		}
+		w.Header().Set("X-Echo-Auth", auth)
+		w.Header().Set("Trailer", "X-Echo-Trailer")
+		fmt.Fprintf(w, "you sent %q to %s; base64 %s", auth, r.URL.Path, base64.StdEncoding.EncodeToString([]byte(auth)))
+		w.Header().Set("X-Echo-Trailer", strings.ToLower(auth))
 	}))
 	defer up.Close()
 
@@ -109,7 +119,7 @@ func TestCanarySecretReachesOnlyTheUpstream(t *testing.T) {
 	e := &env{addr: ln.Addr().String(), ca: c}
 	client := e.client(nil)
 	for _, u := range []string{
-		up.URL + "/echo", up.URL + "/echo?token=" + canary, up.URL + "/denied", "http://" + closedAddr + "/fail", up.URL + "/missing",
+		up.URL + "/echo", up.URL + "/echo?token=" + canary, up.URL + "/echo?gz=1", up.URL + "/denied", "http://" + closedAddr + "/fail", up.URL + "/missing",
 	} {
 		req, _ := http.NewRequest("GET", u, nil)
 		req.Header.Set("Authorization", "Bearer sandbox-own-"+canary[:6]) // replaced, never forwarded
@@ -120,6 +130,7 @@ func TestCanarySecretReachesOnlyTheUpstream(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		resp.Header.Write(&seen)
+		resp.Trailer.Write(&seen)
 		seen.Write(body)
 	}
 	metricsRec := httptest.NewRecorder()
@@ -147,10 +158,12 @@ func TestCanarySecretReachesOnlyTheUpstream(t *testing.T) {
 		"responses to the sandbox": seen.Bytes(), "audit log": auditBytes, "log output": logs.Bytes(),
 		"OTLP export": exported, "/metrics": metricsRec.Body.Bytes(),
 	} {
-		if bytes.Contains(b, []byte(canary)) {
-			i := bytes.Index(b, []byte(canary))
-			t.Errorf("the canary reached the %s: ...%q...", name, b[max(0, i-80):min(len(b), i+len(canary)+20)])
+		if l := e2etest.Leak(b, canary); l != "" {
+			t.Errorf("the canary reached the %s (%s)", name, l)
 		}
+	}
+	if !strings.Contains(seen.String(), "application/gzip") || !strings.Contains(seen.String(), `"reflects": false`) {
+		t.Errorf("the compressed echo was not refused with a reason naming reflects")
 	}
 	if !strings.Contains(seen.String(), secrets.Redaction) {
 		t.Errorf("the echoed credential was not visibly redacted in what the sandbox received")

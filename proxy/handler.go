@@ -36,6 +36,9 @@ type reqState struct {
 	done  bool
 	// approved is the binding of a held request that was approved (nil otherwise).
 	approved *approvedRequest
+	// reflects: the destination may echo the credentials (unless the rule said
+	// "reflects": false); upgrade: the rule allows an Upgrade with credentials.
+	reflects, upgrade bool
 }
 
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -260,6 +263,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		return refuse(auditUnavailable())
 	}
 	st.creds = creds
+	st.reflects, st.upgrade = dec.MayReflect(), dec.Upgrade
 	st.ev.Creds = creds
 	ctx.RoundTripper = &upstream{p: p, st: st, release: release}
 	return r, nil

@@ -130,6 +130,9 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 	}
 	var scrub secrets.Scrubber
 	if len(st.creds) > 0 {
+		if f := st.withCredentials(req); f != nil {
+			return fail(*f)
+		}
 		if p.opts.Credentials == nil {
 			return fail(refusal{status: http.StatusServiceUnavailable, decision: "error", rule: st.ev.Rule,
 				reason: "the policy names credentials " + strings.Join(st.creds, ", ") + " but no credential source is configured", class: "credential"})
@@ -148,6 +151,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 			return fail(refusal{status: status, decision: "error", rule: st.ev.Rule, reason: err.Error(), class: "credential"})
 		}
 		done("")
+		st.afterAttach(req)
 	}
 	var in *countingReader
 	if req.Body != nil && req.Body != http.NoBody {
@@ -161,19 +165,24 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 	}
 	if err != nil {
 		f := upstreamError(err)
+		if scrub != nil {
+			f.reason = scrub.ScrubString(f.reason) // the transport may quote the upstream's bytes
+		}
 		done(f.class)
 		return fail(f)
 	}
 	done("")
 	st.ev.Status = resp.StatusCode
+	if scrub != nil {
+		if f := st.guardResponse(req, resp, scrub); f != nil {
+			return fail(*f)
+		}
+	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the upgraded connection and must stay an io.ReadWriter.
 		u.release()
 		p.finish(req.Context(), st)
 		return resp, nil
-	}
-	if scrub != nil {
-		scrub.ScrubResponse(resp)
 	}
 	resp.Body = &recordingBody{ReadCloser: resp.Body, onClose: func(n int64) {
 		u.release()

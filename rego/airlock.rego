@@ -8,8 +8,11 @@
 #   rule matches, the request is denied (default.deny). See DESIGN.md, "Policy contract".
 #
 #   A decision is {"action": "allow"|"deny"|"approve", "rule": ..., "reason": ...,
-#   "credentials": [...], "tunnel": bool, "approval": {"timeout": "10m"}}. The reason is
-#   shown to the agent in the sandbox: say what was refused and what to do.
+#   "credentials": [...], "tunnel": bool, "approval": {"timeout": "10m"}, "reflects": bool,
+#   "upgrade": bool}. The reason is shown to the agent in the sandbox: say what was refused
+#   and what to do. "reflects": false declares that the destination never echoes the
+#   credentials (responses then pass unchecked); "upgrade": true lets a request with
+#   credentials switch protocols (WebSocket).
 package airlock
 
 # decision is the one document the proxy reads. When several rules of the winning action

@@ -70,6 +70,21 @@ func readDecision(v ast.Value) (Decision, error) {
 			d.Tunnel = bool(b)
 		case "approval":
 			d.Approval, err = readApproval(t.Value)
+		case "reflects":
+			switch b := t.Value.(type) {
+			case ast.Boolean:
+				v := bool(b)
+				d.Reflects = &v
+			case ast.Null:
+			default:
+				err = malformed("reflects is %s, want a boolean", ast.ValueName(t.Value))
+			}
+		case "upgrade":
+			b, ok := t.Value.(ast.Boolean)
+			if !ok {
+				err = malformed("upgrade is %s, want a boolean", ast.ValueName(t.Value))
+			}
+			d.Upgrade = bool(b)
 		}
 	})
 	if err != nil {

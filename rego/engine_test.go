@@ -2,6 +2,7 @@ package rego
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -97,6 +98,42 @@ decision := {"action": "allow", "rule": "t.tunnel", "reason": "pinned", "tunnel"
 	}
 }
 
+// TestDecideReflectsAndUpgrade: "reflects" is true unless the decision says false, and
+// "upgrade" false unless it says true; both survive the decision cache and JSON.
+func TestDecideReflectsAndUpgrade(t *testing.T) {
+	e := newTestEngine(t, map[string]string{"p.rego": `package airlock
+
+decision := {"action": "allow", "rule": "t.quiet", "credentials": ["c"], "reflects": false, "upgrade": true} if input.request.host == "quiet.example"
+
+decision := {"action": "allow", "rule": "t.echo", "credentials": ["c"]} if input.request.host == "echo.example"
+
+decision := {"action": "allow", "rule": "t.said", "credentials": ["c"], "reflects": true} if input.request.host == "said.example"
+`}, Options{})
+	for _, tc := range []struct {
+		host             string
+		reflects, upgrde bool
+		json             string
+	}{
+		{"quiet.example", false, true, `"reflects":false,"upgrade":true`},
+		{"echo.example", true, false, ""},
+		{"said.example", true, false, `"reflects":true`},
+	} {
+		for range 2 { // the second answer comes from the decision cache
+			d, err := e.Decide(context.Background(), requestInput("GET", tc.host, "/"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.MayReflect() != tc.reflects || d.Upgrade != tc.upgrde {
+				t.Errorf("%s: MayReflect %v Upgrade %v, want %v %v", tc.host, d.MayReflect(), d.Upgrade, tc.reflects, tc.upgrde)
+			}
+			j, _ := json.Marshal(d)
+			if tc.json != "" && !strings.Contains(string(j), tc.json) || tc.json == "" && (strings.Contains(string(j), "reflects") || strings.Contains(string(j), "upgrade")) {
+				t.Errorf("%s: JSON %s, want %q in it", tc.host, j, tc.json)
+			}
+		}
+	}
+}
+
 func TestDecideMalformedDecisionDenies(t *testing.T) {
 	for _, tc := range []struct {
 		name, decision, want string
@@ -110,6 +147,8 @@ func TestDecideMalformedDecisionDenies(t *testing.T) {
 		{"bad approval timeout", `{"action": "approve", "rule": "x.a", "approval": {"timeout": "soon"}}`, `approval.timeout is "soon"`},
 		{"tunnel with credentials", `{"action": "allow", "rule": "x.t", "tunnel": true, "credentials": ["c"]}`, "tunnel: true cannot carry credentials"},
 		{"tunnel not a bool", `{"action": "allow", "rule": "x.t", "tunnel": "yes"}`, "tunnel is string"},
+		{"reflects not a bool", `{"action": "allow", "rule": "x.r", "credentials": ["c"], "reflects": "no"}`, "reflects is string"},
+		{"upgrade not a bool", `{"action": "allow", "rule": "x.u", "credentials": ["c"], "upgrade": 1}`, "upgrade is number"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEngine(t, map[string]string{"p.rego": "package airlock\n\ndecision := " + tc.decision + "\n"}, Options{})

@@ -6,6 +6,10 @@
 # mutation) on authenticated hosts are held for a human ("approve") and carry
 # "github-write" once approved. Other GitHub hosts (archives, raw files, release assets) are
 # read-only. A git push asks twice: for the receive-pack refs and for the pack itself.
+#
+# GitHub does not echo the token it is sent, so these rules declare "reflects": false: responses
+# pass without their bodies being checked for it, as a git clone (packfiles) and archive
+# downloads (compressed) need.
 package airlock
 
 github_read_credential := "github-read"
@@ -33,6 +37,7 @@ allow contains {
 	"reason": concat("", ["reading from ", input.request.host, " is allowed"]),
 	"credentials": _github_read_credentials(gh),
 	"tunnel": false,
+	"reflects": false,
 } if {
 	input.phase == "request"
 	gh := data.hosts.github[input.request.host]
@@ -49,6 +54,7 @@ approve contains {
 	),
 	"credentials": [github_write_credential],
 	"approval": {"timeout": github_approval_timeout},
+	"reflects": false,
 } if {
 	input.phase == "request"
 	data.hosts.github[input.request.host].authenticated

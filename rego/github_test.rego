@@ -27,6 +27,8 @@ test_github_reads_carry_read_credential if {
 		d.action == "allow"
 		d.rule == "github.read"
 		d.credentials == ["github-read"]
+		d.reflects == false # GitHub does not echo the token: clones and archives pass unchecked
+		not d.upgrade
 	}
 }
 
@@ -61,6 +63,7 @@ test_github_writes_need_approval if {
 		d.credentials == ["github-write"]
 		d.approval.timeout == "10m"
 		contains(d.reason, "approve")
+		d.reflects == false
 	}
 }
 

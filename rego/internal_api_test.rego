@@ -15,6 +15,8 @@ test_internal_api_read_carries_credential if {
 		d.action == "allow"
 		d.rule == "internal-api.read"
 		d.credentials == ["internal-api"]
+		not "reflects" in object.keys(d) # may echo: responses are checked for the credential
+		not "upgrade" in object.keys(d)
 	}
 }
 

@@ -4,6 +4,10 @@
 # crates.io, Debian) may be read with GET and HEAD, without credentials. An entry may list
 # "ports" (default [443]) and "read_posts": paths where a POST only queries (npm audit).
 # Anything else sent to a registry, such as publishing a package, is denied.
+#
+# Registries do not echo credentials (a private mirror given one through "credentials" would
+# not either), so reads declare "reflects": false: packages, which are compressed archives,
+# and ranged downloads pass unchecked.
 package airlock
 
 allow contains {
@@ -24,6 +28,7 @@ allow contains {
 	"reason": concat("", ["reading from the ", registry.ecosystem, " package registry ", input.request.host, " is allowed"]),
 	"credentials": [],
 	"tunnel": false,
+	"reflects": false,
 } if {
 	input.phase == "request"
 	registry := data.hosts.registries[input.request.host]
@@ -37,6 +42,7 @@ allow contains {
 	"reason": concat("", ["reading from the ", registry.ecosystem, " package registry ", input.request.host, " is allowed"]),
 	"credentials": [],
 	"tunnel": false,
+	"reflects": false,
 } if {
 	input.request.method == "POST"
 	input.phase == "request"

@@ -63,6 +63,11 @@ type Decision struct {
 	Credentials []string       `json:"credentials,omitempty"`
 	Tunnel      bool           `json:"tunnel,omitempty"`
 	Approval    ApprovalParams `json:"approval,omitzero"`
+	// Reflects false declares that the destination never echoes the credentials it is
+	// sent, so responses to it pass without their bodies being checked. Unset means true.
+	Reflects *bool `json:"reflects,omitempty"`
+	// Upgrade allows a request carrying credentials to switch protocols (WebSocket).
+	Upgrade bool `json:"upgrade,omitempty"`
 }
 
 // ApprovalParams are per-rule settings for held requests.
@@ -75,6 +80,10 @@ func (d Decision) Allows() bool { return d.Action == ActionAllow }
 
 // NeedsApproval reports whether the request must be held for approval.
 func (d Decision) NeedsApproval() bool { return d.Action == ActionApprove }
+
+// MayReflect reports whether the destination may echo attached credentials back: true unless
+// the decision says "reflects": false.
+func (d Decision) MayReflect() bool { return d.Reflects == nil || *d.Reflects }
 
 // Denies reports whether the request is refused (anything that is not allow or approve).
 func (d Decision) Denies() bool { return !d.Allows() && !d.NeedsApproval() }

@@ -72,6 +72,7 @@ fuzz_targets=(
 	"FuzzRemoveHopHeaders ./proxy"
 	"FuzzTargetDifferential ./proxy"
 	"FuzzScrub ./secrets"
+	"FuzzScrubResponse ./secrets"
 	"FuzzRedactQuery ./audit"
 	"FuzzParseInputJSON ./rego"
 	"FuzzCacheKey ./rego"

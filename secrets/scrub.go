@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"compress/flate"
 	"compress/gzip"
+	"compress/zlib"
+	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 )
@@ -16,115 +18,220 @@ import (
 // Redaction replaces an injected secret value found in a response.
 const Redaction = "[airlock:redacted]"
 
-// scrubber removes injected values from responses. It implements Scrubber.
+// scrubber removes injected values, in every spelling patternsFor lists, from responses. It
+// implements Scrubber.
 type scrubber struct {
-	secrets []Secret // longest first, no duplicates, none empty
-	raw     [][]byte // the same values as bytes
+	m          *matcher
+	n          int   // values
+	decodeFree int64 // see maxDecodeRatio
 }
 
 var _ Scrubber = (*scrubber)(nil)
 
 // newScrubber returns a scrubber for vals, or nil when there is nothing to scrub.
 func newScrubber(vals []Secret) *scrubber {
-	seen := map[string]bool{}
-	var s []Secret
+	var s []string
 	for _, v := range vals {
-		if v.v == "" || seen[v.v] {
-			continue
+		if v.v != "" && !slices.Contains(s, v.v) {
+			s = append(s, v.v)
 		}
-		seen[v.v] = true
-		s = append(s, v)
 	}
-	if len(s) == 0 {
+	m := compile(s)
+	if m == nil {
 		return nil
 	}
-	slices.SortStableFunc(s, func(a, b Secret) int { return len(b.v) - len(a.v) })
-	raw := make([][]byte, len(s))
-	for i, v := range s {
-		raw[i] = []byte(v.v)
-	}
-	return &scrubber{secrets: s, raw: raw}
+	return &scrubber{m: m, n: len(s), decodeFree: decodeFree}
 }
 
 // Format implements fmt.Formatter: the secrets are never printed.
 func (s *scrubber) Format(f fmt.State, _ rune) {
-	_, _ = fmt.Fprintf(f, "secrets.scrubber{%d values: %s}", len(s.secrets), redacted)
+	_, _ = fmt.Fprintf(f, "secrets.scrubber{%d values: %s}", s.n, redacted)
 }
 
-// ScrubResponse replaces every injected value in resp's headers, trailers and body with
-// Redaction. The body is scrubbed while it streams (a window of the longest value is held
-// back), so Content-Length is dropped. A body in an encoding that cannot be decoded here is
-// replaced with a 502: an unreadable body could carry the value past the scrubber.
-func (s *scrubber) ScrubResponse(resp *http.Response) {
+// UninspectableError says that a response could not be checked for injected values, so it
+// must not reach the sandbox. What names the reason, for the agent ("content-encoding
+// \"br\"", "a gzip file").
+type UninspectableError struct{ What string }
+
+func (e *UninspectableError) Error() string {
+	return "the response cannot be checked for injected credentials: " + e.What
+}
+
+// ScrubResponse makes resp safe to pass on: status text, header names and values, trailers
+// (scrubbed when the body ends, where the transport fills them in) and the body, decoded
+// from gzip or deflate and scrubbed while it streams (bytes that may begin a value are held
+// back until the next bytes decide; Content-Length is dropped). It reads the body's first
+// bytes before returning. When the body cannot be checked it closes it and returns an
+// *UninspectableError: a partial response (206, multipart/byteranges), stacked or unknown
+// content codings, a body that does not decode, or a compressed payload (an archive or
+// compressed file, by media type or by its first bytes), whatever the sandbox would do with
+// it could bring a value out that the scrubber never saw.
+func (s *scrubber) ScrubResponse(resp *http.Response) error {
+	if s == nil || resp == nil {
+		return nil
+	}
+	s.ScrubHead(resp)
+	refuse := func(what string) error {
+		if resp.Body != nil {
+			_ = resp.Body.Close()
+		}
+		resp.Body = http.NoBody
+		return &UninspectableError{What: what}
+	}
+	mt := mediaType(resp.Header)
+	if resp.StatusCode == http.StatusPartialContent || mt == "multipart/byteranges" {
+		return refuse("a partial response (" + resp.Status + ", " + mt + "), which could split a value over several responses")
+	}
+	if resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusSwitchingProtocols {
+		return nil
+	}
+	body := resp.Body
+	var decoded io.Reader = body
+	switch enc := contentCodings(resp.Header); {
+	case len(enc) > 1:
+		return refuse(fmt.Sprintf("stacked content codings %q", strings.Join(enc, ", ")))
+	case len(enc) == 1:
+		d, ok := decoders[enc[0]]
+		if !ok {
+			return refuse(fmt.Sprintf("content-encoding %q", enc[0]))
+		}
+		in := &countReader{r: body}
+		decoded = &bombGuard{r: &lazyDecoder{src: in, open: d}, in: in, free: s.decodeFree}
+	}
+	head := make([]byte, sniffLen)
+	n, err := io.ReadFull(decoded, head)
+	head = head[:n]
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		var ue *UninspectableError
+		if errors.As(err, &ue) {
+			return refuse(ue.What)
+		}
+		return refuse("a body that could not be read or decoded (" + s.ScrubString(err.Error()) + ")")
+	}
+	if what := compressedPayload(mt, head); what != "" {
+		return refuse(what)
+	}
+	if decoded != io.Reader(body) {
+		resp.Header.Del("Content-Encoding")
+		resp.Uncompressed = true
+	}
+	rest := decoded
+	if err != nil {
+		rest = eofReader{err}
+	}
+	resp.Body = s.Reader(readCloser{io.MultiReader(bytes.NewReader(head), rest), body})
+	resp.ContentLength = -1
+	resp.Header.Del("Content-Length")
+	return nil
+}
+
+// ScrubHead scrubs resp's status text, header names and values and trailers, and leaves
+// the body unread: for destinations whose rule declares they never reflect credentials.
+func (s *scrubber) ScrubHead(resp *http.Response) {
 	if s == nil || resp == nil {
 		return
 	}
+	resp.Status = s.ScrubString(resp.Status)
 	s.header(resp.Header)
-	s.header(resp.Trailer)
-	if resp.Body == nil || resp.Body == http.NoBody {
-		return
+	s.header(resp.Trailer) // the names announced so far; the values come at the end
+	if resp.Body != nil && resp.Body != http.NoBody && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp.Body = &trailerGuard{src: resp.Body, resp: resp, s: s}
 	}
-	body := resp.Body
-	switch enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); enc {
-	case "", "identity":
-	case "gzip", "x-gzip":
-		body = &lazyDecoder{src: body, open: func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }}
-		resp.Header.Del("Content-Encoding")
-	case "deflate":
-		body = &lazyDecoder{src: body, open: func(r io.Reader) (io.Reader, error) { return flate.NewReader(r), nil }}
-		resp.Header.Del("Content-Encoding")
-	default:
-		_ = body.Close()
-		msg := fmt.Sprintf("airlock: the upstream answered with content-encoding %q, which airlock cannot check for injected credentials; retry with Accept-Encoding: identity\n", enc)
-		resp.StatusCode, resp.Status = http.StatusBadGateway, "502 Bad Gateway"
-		resp.Header = http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
-		resp.Body = io.NopCloser(strings.NewReader(msg))
-		resp.ContentLength = int64(len(msg))
-		resp.Header.Set("Content-Length", strconv.Itoa(len(msg)))
-		resp.Uncompressed = false
-		return
-	}
-	resp.Body = s.Reader(body)
-	resp.ContentLength = -1
-	resp.Header.Del("Content-Length")
 }
 
+// ScrubString returns v with every value redacted.
+func (s *scrubber) ScrubString(v string) string {
+	if s == nil {
+		return v
+	}
+	return s.m.replace(v)
+}
+
+// header scrubs the names and values of h in place (h may be shared with a writer that
+// reads it later, as the transport's trailers are).
 func (s *scrubber) header(h http.Header) {
-	for k, vs := range h {
+	if len(h) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		vs := h[k]
 		for i, v := range vs {
-			vs[i] = s.replaceString(v)
+			vs[i] = s.m.replace(v)
 		}
-		h[k] = vs
+		if nk := s.m.replace(k); nk != k {
+			delete(h, k)
+			h[nk] = append(h[nk], vs...)
+		}
 	}
 }
 
-func (s *scrubber) replaceString(v string) string {
-	for _, sec := range s.secrets {
-		v = strings.ReplaceAll(v, sec.v, Redaction)
+// scrubError hides values in the text of an error from the upstream's side (a malformed
+// response quoted by the transport, HTTP/2 GOAWAY debug data).
+func (s *scrubber) scrubError(err error) error {
+	var ue *UninspectableError
+	if err == nil || err == io.EOF || errors.As(err, &ue) {
+		return err
 	}
-	return v
+	return &scrubbedError{msg: s.m.replace(err.Error()), err: err}
 }
 
-// Reader returns a ReadCloser yielding src with every value replaced by Redaction.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+
+// Is lets errors.Is see the original (net.ErrClosed, context.Canceled) without Unwrap,
+// which would hand out its text.
+func (e *scrubbedError) Is(target error) bool { return errors.Is(e.err, target) }
+
+// trailerGuard scrubs the response's trailers when the body ends (the transport fills them
+// in as it reads the end of the body) and when it is closed, and the text of read errors.
+type trailerGuard struct {
+	src  io.ReadCloser
+	resp *http.Response
+	s    *scrubber
+}
+
+func (g *trailerGuard) Read(p []byte) (int, error) {
+	n, err := g.src.Read(p)
+	if err == io.EOF {
+		g.s.header(g.resp.Trailer)
+	}
+	return n, g.s.scrubError(err)
+}
+
+func (g *trailerGuard) Close() error {
+	err := g.src.Close()
+	g.s.header(g.resp.Trailer)
+	return g.s.scrubError(err)
+}
+
+// Reader returns a ReadCloser yielding src with every value replaced by Redaction. Bytes that
+// may begin a value are held back until the next bytes decide (at most the longest pattern
+// less one); at the end of src a match of partialMin bytes or more in progress is redacted,
+// and after a read error the held bytes are dropped.
 func (s *scrubber) Reader(src io.ReadCloser) io.ReadCloser {
-	return &scrubReader{src: src, s: s, hold: len(s.secrets[0].v) - 1}
+	return &scrubReader{src: src, s: s, red: newRedactor(s.m)}
 }
 
 // chunks are the read buffers of scrubReaders, reused across responses: one per response
 // was most of the scrubbing cost on small bodies.
 var chunks = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// scrubReader streams src through the scrubber. pending holds input not yet emitted: at most
-// hold bytes (a possible prefix of a value) between reads plus one chunk while working.
 type scrubReader struct {
-	src     io.ReadCloser
-	s       *scrubber
-	hold    int
-	chunk   *[]byte // from chunks, returned at the end of the body
-	pending []byte
-	out     []byte
-	buf     []byte // out's backing array, reused from chunk to chunk
-	err     error
+	src   io.ReadCloser
+	s     *scrubber
+	red   redactor
+	chunk *[]byte // from chunks, returned at the end of the body
+	out   []byte  // output not yet read
+	buf   []byte  // out's backing array, reused from chunk to chunk
+	err   error
 }
 
 func (r *scrubReader) Read(p []byte) (int, error) {
@@ -136,79 +243,111 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 			r.chunk = chunks.Get().(*[]byte)
 		}
 		n, err := r.src.Read(*r.chunk)
-		r.pending = append(r.pending, (*r.chunk)[:n]...)
+		out := r.red.feed((*r.chunk)[:n], r.buf[:0])
 		if err != nil {
-			r.err = err
+			if err == io.EOF {
+				out = r.red.finish(out)
+			}
+			r.err = r.s.scrubError(err)
 			// Returned here, not in Close, which may run concurrently with a Read.
 			chunks.Put(r.chunk)
 			r.chunk = nil
 		}
-		r.out = r.buf[:0]
-		r.process(err != nil)
-		r.buf = r.out[:0]
+		r.out, r.buf = out, out[:0]
 	}
 	n := copy(p, r.out)
 	r.out = r.out[n:]
 	return n, nil
 }
 
-// process moves pending to out, replacing every complete occurrence; unless final, it keeps
-// back the last hold bytes, which may be the start of a value that the next read completes.
-func (r *scrubReader) process(final bool) {
-	i, wait := 0, -1
-	for {
-		at, l := r.s.find(r.pending[i:])
-		if at < 0 {
-			break
-		}
-		if !final && r.s.longerMayFollow(r.pending[i+at:], l) {
-			wait = i + at // a longer value may start here: decide when more input arrives
-			break
-		}
-		r.out = append(r.out, r.pending[i:i+at]...)
-		r.out = append(r.out, Redaction...)
-		i += at + l
-	}
-	keep := 0
-	switch {
-	case wait >= 0:
-		keep = len(r.pending) - wait
-	case !final:
-		keep = min(r.hold, len(r.pending)-i)
-	}
-	r.out = append(r.out, r.pending[i:len(r.pending)-keep]...)
-	r.pending = append(r.pending[:0], r.pending[len(r.pending)-keep:]...)
-}
-
-// find returns the leftmost occurrence of any value in b (the longest at that position).
-func (s *scrubber) find(b []byte) (at, length int) {
-	at = -1
-	for _, sec := range s.raw {
-		j := bytes.Index(b, sec)
-		if j >= 0 && (at < 0 || j < at) {
-			at, length = j, len(sec)
-		}
-	}
-	return at, length
-}
-
-// longerMayFollow reports whether tail (which starts with a match of length l) is a proper
-// prefix of a longer value, so that more input could turn it into that longer match.
-func (s *scrubber) longerMayFollow(tail []byte, l int) bool {
-	for _, sec := range s.raw {
-		if len(sec) > l && len(tail) < len(sec) && bytes.HasPrefix(sec, tail) {
-			return true
-		}
-	}
-	return false
-}
-
 func (r *scrubReader) Close() error { return r.src.Close() }
 
-// lazyDecoder opens a decompressor on first read (so that a header-only response costs
-// nothing) and closes the source.
+// contentCodings lists the codings of Content-Encoding (every field, comma-separated),
+// without identity.
+func contentCodings(h http.Header) []string {
+	var out []string
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func mediaType(h http.Header) string {
+	ct := h.Get("Content-Type")
+	if ct == "" {
+		return ""
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		mt, _, _ = strings.Cut(ct, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+	}
+	return mt
+}
+
+// decoders open the content codings the scrubber reads.
+var decoders = map[string]func(io.Reader) (io.Reader, error){
+	"gzip":   func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) },
+	"x-gzip": func(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) },
+	// RFC 9110 deflate is a zlib stream; some servers send raw deflate.
+	"deflate": func(r io.Reader) (io.Reader, error) {
+		var hdr [2]byte
+		n, err := io.ReadFull(r, hdr[:])
+		if err != nil {
+			if n == 0 && err == io.EOF {
+				return bytes.NewReader(nil), nil
+			}
+			return nil, err
+		}
+		r = io.MultiReader(bytes.NewReader(hdr[:]), r)
+		if hdr[0]&0x0f == 8 && (uint16(hdr[0])<<8|uint16(hdr[1]))%31 == 0 {
+			return zlib.NewReader(r)
+		}
+		return flate.NewReader(r), nil
+	},
+}
+
+// Decoded bodies may grow to maxDecodeRatio times the bytes read once past decodeFree: a
+// small compressed body that inflates without bound (a bomb) is cut off.
+const (
+	maxDecodeRatio = 100
+	decodeFree     = 16 << 20
+)
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+type bombGuard struct {
+	r    io.Reader
+	in   *countReader
+	out  int64
+	free int64
+}
+
+func (b *bombGuard) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.out += int64(n)
+	if b.out > b.free && b.out > maxDecodeRatio*b.in.n {
+		return n, &UninspectableError{What: fmt.Sprintf("a body that decodes to more than %d times its size", maxDecodeRatio)}
+	}
+	return n, err
+}
+
+// lazyDecoder opens a decompressor on first read.
 type lazyDecoder struct {
-	src  io.ReadCloser
+	src  io.Reader
 	open func(io.Reader) (io.Reader, error)
 	r    io.Reader
 	err  error
@@ -224,4 +363,67 @@ func (d *lazyDecoder) Read(p []byte) (int, error) {
 	return d.r.Read(p)
 }
 
-func (d *lazyDecoder) Close() error { return d.src.Close() }
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+type eofReader struct{ err error }
+
+func (e eofReader) Read([]byte) (int, error) {
+	if e.err == io.ErrUnexpectedEOF {
+		return 0, io.EOF // the body was shorter than sniffLen
+	}
+	return 0, e.err
+}
+
+// sniffLen is how many bytes of a body are read before it is passed on: enough for the
+// signatures below.
+const sniffLen = 8
+
+// compressedPayload names the compressed or archive format of a body, by its media type or
+// its first bytes ("" if none): content a client decompresses itself, past the scrubber.
+func compressedPayload(mt string, head []byte) string {
+	if slices.Contains(compressedTypes, mt) || strings.HasSuffix(mt, "+zip") || strings.HasSuffix(mt, "+gzip") {
+		return "a compressed payload (" + mt + ")"
+	}
+	for _, sig := range signatures {
+		if bytes.HasPrefix(head, sig.magic) {
+			return "a compressed payload (" + sig.name + " data)"
+		}
+	}
+	if len(head) >= 2 && head[0] == 0x78 && (uint16(head[0])<<8|uint16(head[1]))%31 == 0 && head[1]&0x20 == 0 {
+		return "a compressed payload (zlib data)"
+	}
+	return ""
+}
+
+var compressedTypes = []string{
+	"application/gzip", "application/x-gzip", "application/x-gunzip", "application/gzipped",
+	"application/gzip-compressed", "application/x-gtar", "application/x-tgz",
+	"application/zip", "application/x-zip", "application/x-zip-compressed", "application/java-archive",
+	"application/x-bzip", "application/x-bzip2", "application/x-xz", "application/x-lzma",
+	"application/x-lzip", "application/x-lz4", "application/zstd", "application/x-zstd",
+	"application/x-compress", "application/x-compressed", "application/x-7z-compressed",
+	"application/x-rar-compressed", "application/vnd.rar", "application/x-brotli", "application/brotli",
+	"application/zlib", "application/x-deflate",
+}
+
+var signatures = []struct {
+	name  string
+	magic []byte
+}{
+	{"gzip", []byte{0x1f, 0x8b}},
+	{"compress", []byte{0x1f, 0x9d}},
+	{"zip", []byte("PK\x03\x04")},
+	{"zip", []byte("PK\x05\x06")},
+	{"zip", []byte("PK\x07\x08")},
+	{"bzip2", []byte("BZh")},
+	{"xz", []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}},
+	{"lzma", []byte{0x5d, 0x00, 0x00}},
+	{"lzip", []byte("LZIP")},
+	{"zstd", []byte{0x28, 0xb5, 0x2f, 0xfd}},
+	{"lz4", []byte{0x04, 0x22, 0x4d, 0x18}},
+	{"7z", []byte{'7', 'z', 0xbc, 0xaf, 0x27, 0x1c}},
+	{"rar", []byte("Rar!\x1a\x07")},
+}

@@ -2,6 +2,7 @@
 package secrets
 
 import (
+	"io"
 	"net/http"
 )
 
@@ -14,7 +15,19 @@ type AttachRequest struct {
 	Out *http.Request
 }
 
-// Scrubber rewrites an upstream response so that no injected secret value reaches the sandbox.
+// Scrubber keeps injected secret values, in the spellings upstreams commonly give them (any
+// letter case, URL, JSON and HTML escapes, hex, UTF-16, base64 at any alignment), out of
+// everything an upstream returns.
 type Scrubber interface {
-	ScrubResponse(resp *http.Response)
+	// ScrubResponse scrubs status text, headers, trailers and body (decoded from gzip or
+	// deflate). A response it cannot check (partial, stacked or unknown codings, compressed
+	// payloads) gets its body closed and an *UninspectableError: it must not be passed on.
+	ScrubResponse(resp *http.Response) error
+	// ScrubHead scrubs status text, headers and trailers and leaves the body as it is: for
+	// destinations declared not to reflect credentials.
+	ScrubHead(resp *http.Response)
+	// ScrubString redacts every value in s (an error text quoting upstream bytes).
+	ScrubString(s string) string
+	// Reader redacts every value in src as it streams (an upgraded connection).
+	Reader(src io.ReadCloser) io.ReadCloser
 }

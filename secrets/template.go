@@ -96,6 +96,8 @@ type rendered struct {
 	// scrub lists the values to remove from responses: the injected value, its encodings and
 	// the parts of the source that went into it.
 	scrub []Secret
+	// scrubber matches them; compiled once per fetched value, not per request.
+	scrubber *scrubber
 }
 
 // errEmpty is returned when a template renders to nothing.
@@ -139,6 +141,7 @@ func (j *injector) render(data map[string]any) (rendered, error) {
 		r.user, r.pass = NewSecret(u), NewSecret(p)
 		r.scrub = append(r.scrub, NewSecret(p), NewSecret(base64.StdEncoding.EncodeToString([]byte(u+":"+p))))
 		addParts(p)
+		r.scrubber = newScrubber(r.scrub)
 		return r, nil
 	}
 	v, err := exec(j.value)
@@ -151,6 +154,7 @@ func (j *injector) render(data map[string]any) (rendered, error) {
 		r.scrub = append(r.scrub, NewSecret(queryEscape(v)))
 	}
 	addParts(v)
+	r.scrubber = newScrubber(r.scrub)
 	return r, nil
 }
 

@@ -1,0 +1,295 @@
+package secrets
+
+// matcher finds every pattern of a set of values in one pass over a stream. It is a
+// nondeterministic automaton over bytes: each unit of a pattern is a small trie of its
+// spellings ending in the next unit's first node, and a scan follows every partial match
+// (a thread) at once, keeping for each node only the thread that started earliest. The
+// secrets are in its edges: it must never be printed (scrubber.Format hides it).
+type matcher struct {
+	off    []int32 // the edges of node i are eb[off[i]:off[i+1]] (labels) and eto[...] (targets)
+	eb     []byte
+	eto    []int32
+	accept []bool          // a node that completes a pattern
+	root   [256][]int32    // the nodes a match starting with byte c reaches
+	starts [256]bool       // whether any pattern starts with byte c
+	pairs  [1 << 10]uint64 // bit c1<<8|c2: whether any pattern starts with bytes c1 c2
+	short  bool            // some pattern is one byte long: pairs cannot rule out a start
+	window int             // longest pattern in bytes: no partial match is ever longer
+}
+
+func (m *matcher) pair(c1, c2 byte) bool {
+	i := uint(c1)<<8 | uint(c2)
+	return m.pairs[i>>6]&(1<<(i&63)) != 0
+}
+
+type edge struct {
+	b  byte
+	to int32
+}
+
+// compile builds the matcher for the values' patterns (see patternsFor), or nil when there
+// is none.
+func compile(vals []string) *matcher {
+	var nodes [][]edge
+	newNode := func() int32 { nodes = append(nodes, nil); return int32(len(nodes) - 1) }
+	addEdge := func(from int32, b byte, to int32) {
+		for _, e := range nodes[from] {
+			if e.b == b && e.to == to {
+				return
+			}
+		}
+		nodes[from] = append(nodes[from], edge{b, to})
+	}
+	newNode() // 0: the root, where every match starts
+	var accept []int32
+	window := 0
+	for _, v := range vals {
+		for _, p := range patternsFor(v) {
+			cur, longest := int32(0), 0
+			for _, u := range p {
+				end := newNode()
+				type key struct {
+					from int32
+					b    byte
+				}
+				inner := map[key]int32{} // this unit's trie: spellings share their prefixes
+				ulong := 0
+				for _, alt := range u {
+					ulong = max(ulong, len(alt))
+					x := cur
+					for j, b := range alt {
+						if j == len(alt)-1 {
+							addEdge(x, b, end)
+							break
+						}
+						y, ok := inner[key{x, b}]
+						if !ok {
+							y = newNode()
+							inner[key{x, b}] = y
+							addEdge(x, b, y)
+						}
+						x = y
+					}
+				}
+				longest += ulong
+				cur = end
+			}
+			if len(p) > 0 {
+				accept = append(accept, cur)
+				window = max(window, longest)
+			}
+		}
+	}
+	if len(accept) == 0 {
+		return nil
+	}
+	m := &matcher{accept: make([]bool, len(nodes)), window: window, off: make([]int32, len(nodes)+1)}
+	for _, a := range accept {
+		m.accept[a] = true
+	}
+	for _, e := range nodes[0] {
+		m.root[e.b] = append(m.root[e.b], e.to)
+		m.starts[e.b] = true
+		m.short = m.short || m.accept[e.to]
+		for _, e2 := range nodes[e.to] {
+			i := uint(e.b)<<8 | uint(e2.b)
+			m.pairs[i>>6] |= 1 << (i & 63)
+		}
+	}
+	n := 0
+	for i, es := range nodes {
+		m.off[i] = int32(n)
+		if i > 0 {
+			n += len(es)
+		}
+	}
+	m.off[len(nodes)] = int32(n)
+	m.eb, m.eto = make([]byte, 0, n), make([]int32, 0, n)
+	for i, es := range nodes {
+		if i == 0 {
+			continue
+		}
+		for _, e := range es {
+			m.eb = append(m.eb, e.b)
+			m.eto = append(m.eto, e.to)
+		}
+	}
+	return m
+}
+
+// partialMin is how many bytes of a match in progress make the end of a stream redact them:
+// a response that stops in the middle of an echoed value must not hand out its beginning.
+const partialMin = 8
+
+type thread struct {
+	node  int32
+	start int64 // stream offset of the match's first byte
+}
+
+type span struct{ from, to int64 }
+
+// redactor runs a matcher over a stream and replaces every match with Redaction. Matches may
+// overlap (an echoed value inside its own base64 form, a value that ends as it starts): the
+// union of their bytes is replaced, with one marker for each run. It holds back only bytes
+// that a match in progress covers, so at most window-1 bytes.
+type redactor struct {
+	m        *matcher
+	threads  []thread
+	next     []thread
+	pos      int64    // stream offset of the next input byte
+	base     int64    // stream offset of pending[0]
+	pending  []byte   // input not yet emitted
+	marks    []span   // spans to redact not yet emitted: sorted, disjoint, not adjacent
+	markedTo int64    // where the last emitted marker ended
+	slot     []int32  // with gen: the index in next of each node's thread, once there are many
+	gen      []uint64 // the step at which slot was set
+	g        uint64   // the current step
+	indexed  bool     // slot covers next in this step
+}
+
+func newRedactor(m *matcher) redactor { return redactor{m: m, markedTo: -1} }
+
+// feed consumes p and appends to out what can no longer be part of a match.
+func (r *redactor) feed(p []byte, out []byte) []byte {
+	r.pending = append(r.pending, p...)
+	m := r.m
+	for i := 0; i < len(p); i++ {
+		if len(r.threads) == 0 {
+			// Nothing in progress: skip to the next byte pair some pattern starts with.
+			if !m.short {
+				for i+1 < len(p) && !m.pair(p[i], p[i+1]) {
+					i++
+				}
+			}
+			for i < len(p) && !m.starts[p[i]] {
+				i++
+			}
+			if i == len(p) {
+				break
+			}
+		}
+		c, at := p[i], r.pos+int64(i)
+		next := r.next[:0]
+		r.g++
+		r.indexed = false
+		for _, t := range r.threads {
+			for e := m.off[t.node]; e < m.off[t.node+1]; e++ {
+				if m.eb[e] == c {
+					next = r.advance(next, m.eto[e], t.start, at)
+				}
+			}
+		}
+		for _, to := range m.root[c] {
+			next = r.advance(next, to, at, at)
+		}
+		r.threads, r.next = next, r.threads
+	}
+	r.pos += int64(len(p))
+	return r.emit(out, false)
+}
+
+// finish ends the stream: matches in progress of partialMin bytes or more are redacted too.
+func (r *redactor) finish(out []byte) []byte {
+	for _, t := range r.threads {
+		if r.pos-t.start >= partialMin {
+			r.mark(t.start, r.pos)
+		}
+	}
+	r.threads = r.threads[:0]
+	return r.emit(out, true)
+}
+
+// advance moves a thread to node to, after the byte at offset at.
+func (r *redactor) advance(next []thread, to int32, start, at int64) []thread {
+	if r.m.accept[to] {
+		r.mark(start, at+1)
+		if r.m.off[to] == r.m.off[to+1] {
+			return next
+		}
+	}
+	// Keep one thread per node, the earliest: a later one can only match inside its span.
+	if !r.indexed && len(next) < 16 {
+		for i := range next {
+			if next[i].node == to {
+				next[i].start = min(next[i].start, start)
+				return next
+			}
+		}
+		return append(next, thread{to, start})
+	}
+	if !r.indexed { // many threads (a value that repeats itself): index them by node
+		if r.slot == nil {
+			r.slot = make([]int32, len(r.m.accept))
+			r.gen = make([]uint64, len(r.m.accept))
+		}
+		for i := range next {
+			r.slot[next[i].node], r.gen[next[i].node] = int32(i), r.g
+		}
+		r.indexed = true
+	}
+	if r.gen[to] == r.g {
+		i := r.slot[to]
+		next[i].start = min(next[i].start, start)
+		return next
+	}
+	r.slot[to], r.gen[to] = int32(len(next)), r.g
+	return append(next, thread{to, start})
+}
+
+// mark records [from, to) for redaction. to is at or after every recorded end, so the spans
+// it touches are the last ones.
+func (r *redactor) mark(from, to int64) {
+	for len(r.marks) > 0 && r.marks[len(r.marks)-1].to >= from {
+		from = min(from, r.marks[len(r.marks)-1].from)
+		r.marks = r.marks[:len(r.marks)-1]
+	}
+	r.marks = append(r.marks, span{from, to})
+}
+
+// emit appends the input before the earliest match in progress (all of it when final), with
+// marked spans replaced by Redaction. A span cut by that point is finished later without a
+// second marker.
+func (r *redactor) emit(out []byte, final bool) []byte {
+	until := r.pos
+	if !final {
+		for _, t := range r.threads {
+			until = min(until, t.start)
+		}
+	}
+	cur := r.base
+	for len(r.marks) > 0 && r.marks[0].from < until {
+		sp := r.marks[0]
+		out = append(out, r.pending[cur-r.base:sp.from-r.base]...)
+		if !(cur == sp.from && r.markedTo == sp.from) {
+			out = append(out, Redaction...)
+		}
+		end := min(sp.to, until)
+		r.markedTo, cur = end, end
+		if end < sp.to {
+			r.marks[0].from = end
+			break
+		}
+		r.marks = r.marks[1:]
+	}
+	if cur < until {
+		out = append(out, r.pending[cur-r.base:until-r.base]...)
+	}
+	n := copy(r.pending, r.pending[until-r.base:])
+	r.pending = r.pending[:n]
+	r.base = until
+	if len(r.marks) == 0 {
+		r.marks = r.marks[:0:0]
+	}
+	return out
+}
+
+// replace returns s with every match redacted.
+func (m *matcher) replace(s string) string {
+	if m == nil || s == "" {
+		return s
+	}
+	r := newRedactor(m)
+	out := r.feed([]byte(s), nil)
+	out = r.finish(out)
+	return string(out)
+}
