@@ -159,7 +159,7 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	prog, err := seccompProgram()
+	prog, err := seccompProgram(in.opts)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,11 @@ type Options struct {
 	CPUs    float64       // CPU limit in cores; 0 means none
 	TmpSize int64         // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize
 
+	// AllowAIO permits Linux AIO (io_setup and its family), refused by default: AIO
+	// contexts are machine-wide, with no per-namespace limit, so one sandbox could take
+	// them all.
+	AllowAIO bool
+
 	Env      []string // explicit K=V entries added to the built environment
 	CABundle []byte   // PEM bundle (system roots + airlock CA) the sandbox trusts
 

@@ -53,7 +53,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver str
 	host := &container.HostConfig{
 		NetworkMode:    container.NetworkMode("none"),
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + b.seccomp},
+		SecurityOpt:    []string{"no-new-privileges", b.seccompOpt(o.AllowAIO)},
 		ReadonlyRootfs: true,
 		Init:           &init,
 		IpcMode:        container.IPCModePrivate,
