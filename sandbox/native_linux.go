@@ -136,6 +136,9 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 		if !fi.IsDir() {
 			return nil, fmt.Errorf("workspace %s: not a directory", o.Workspace)
 		}
+		if cfg.Protections, err = WorkspaceProtections(o); err != nil {
+			return nil, err
+		}
 	}
 	if o.WorkspaceMode == WorkspaceCoW && o.Workspace != "" {
 		cfg.LowerDir = filepath.Join(in.dir, "lower")

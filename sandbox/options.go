@@ -46,6 +46,12 @@ type Options struct {
 	CPUs    float64       // CPU limit in cores; 0 means none
 	TmpSize int64         // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize
 
+	// ProtectedPaths are paths of a read-write or copy-on-write workspace, relative to it,
+	// that host tools run or read as configuration (an editor's tasks, direnv's .envrc):
+	// those that exist when the sandbox starts are read-only inside, as the git metadata of
+	// every repository in the workspace always is (see WorkspaceProtections). nil means
+	// DefaultProtectedPaths; an empty list protects the git metadata alone.
+	ProtectedPaths []string
 	// AllowAIO permits Linux AIO (io_setup and its family), refused by default: AIO
 	// contexts are machine-wide, with no per-namespace limit, so one sandbox could take
 	// them all.

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"fmt"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -96,6 +97,17 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver str
 			ReadOnly: o.WorkspaceMode == sandbox.WorkspaceRO,
 		})
 		cfg.WorkingDir = sandbox.WorkspaceDir
+		// What host tools run (git hooks and config, editor tasks...): bound onto
+		// themselves, read-only where marked (the daemon mounts parents first).
+		prots, err := sandbox.WorkspaceProtections(o)
+		if err != nil {
+			return spec{}, err
+		}
+		for _, p := range prots {
+			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind,
+				Source: filepath.Join(o.Workspace, filepath.FromSlash(p.Path)),
+				Target: path.Join(sandbox.WorkspaceDir, p.Path), ReadOnly: p.ReadOnly})
+		}
 	}
 	for _, p := range o.ReadOnlyPaths {
 		if err := checkBind(p); err != nil {
