@@ -118,6 +118,11 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("read-only path %q: must be absolute", p)
 		}
 	}
+	for _, p := range o.ProtectedPaths {
+		if err := CheckProtectedPath(p); err != nil {
+			return o, fmt.Errorf("protected path %w", err)
+		}
+	}
 	if o.Timeout < 0 || o.Memory < 0 || o.Pids < 0 || !(o.CPUs >= 0) || math.IsInf(o.CPUs, 0) || o.TmpSize < 0 {
 		return o, errors.New("sandbox limits must not be negative")
 	}

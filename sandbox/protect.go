@@ -68,7 +68,7 @@ func WorkspaceProtections(o Options) ([]Protection, error) {
 	for _, p := range paths {
 		rel, err := cleanRel(p)
 		if err != nil {
-			return nil, fmt.Errorf("protected path %q: %w", p, err)
+			return nil, fmt.Errorf("protected path %w", err)
 		}
 		s.protect(rel, true)
 	}
@@ -79,11 +79,17 @@ func WorkspaceProtections(o Options) ([]Protection, error) {
 	return s.list(), nil
 }
 
-// cleanRel checks a protected path: relative, inside the workspace.
+// CheckProtectedPath checks an entry of Options.ProtectedPaths: a path inside the
+// workspace, relative to it.
+func CheckProtectedPath(p string) error {
+	_, err := cleanRel(p)
+	return err
+}
+
 func cleanRel(p string) (string, error) {
 	c := filepath.Clean(filepath.FromSlash(p))
 	if p == "" || filepath.IsAbs(c) || c == "." || c == ".." || strings.HasPrefix(c, ".."+string(filepath.Separator)) {
-		return "", errors.New("want a path inside the workspace, relative to it")
+		return "", fmt.Errorf("%q: want a path inside the workspace, relative to it", p)
 	}
 	return c, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -31,7 +32,8 @@ type sandboxFlags struct {
 	timeout                                                           time.Duration
 	pids                                                              int64
 	cpus                                                              float64
-	labels, env                                                       []string
+	labels, env, protect                                              []string
+	allowAIO                                                          bool
 }
 
 func addSandboxCmd(root *cobra.Command) {
@@ -92,6 +94,8 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.Float64Var(&sf.cpus, "cpus", 0, "CPU limit in cores, e.g. 1.5")
 	fl.StringArrayVar(&sf.labels, "label", nil, "sandbox label K=V, seen by the policy as input.sandbox.labels (repeatable)")
 	fl.StringArrayVar(&sf.env, "env", nil, "environment variable K=V for the command (repeatable)")
+	fl.StringArrayVar(&sf.protect, "protect", nil, "workspace path (relative to it) that host tools run, read-only inside when it exists, besides sandbox.protected_paths or the default list and git's hooks and config (repeatable)")
+	fl.BoolVar(&sf.allowAIO, "allow-aio", false, "permit Linux AIO (io_setup) in the sandbox; refused by default: AIO contexts are machine-wide, with no per-sandbox limit")
 	fl.StringVar(&sf.backend, "backend", "", "native, docker or kubernetes (default native)")
 	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends)")
 	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
@@ -121,7 +125,19 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	case math.IsNaN(sf.cpus) || math.IsInf(sf.cpus, 0) || sf.cpus < 0 || cmd.Flags().Changed("cpus") && sf.cpus == 0:
 		return fmt.Errorf("--cpus %v: want a positive number of cores, e.g. 0.5 or 2", sf.cpus)
 	}
-	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env}
+	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env,
+		AllowAIO: cfg.Sandbox.AllowAIO || sf.allowAIO, ProtectedPaths: cfg.Sandbox.ProtectedPaths}
+	if len(sf.protect) > 0 {
+		if o.ProtectedPaths == nil {
+			o.ProtectedPaths = sandbox.DefaultProtectedPaths
+		}
+		o.ProtectedPaths = append(slices.Clone(o.ProtectedPaths), sf.protect...)
+	}
+	for _, p := range sf.protect {
+		if err := sandbox.CheckProtectedPath(p); err != nil {
+			return fmt.Errorf("--protect: %w", err)
+		}
+	}
 	if cmd.Flags().Changed("timeout") {
 		o.Timeout = sf.timeout
 	}

@@ -31,6 +31,8 @@ func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 		{[]string{"--report", os.TempDir()}, "is a directory"},
 		{[]string{"--patch", "/nonexistent/p.diff", "--workspace", ".:cow"}, "--patch: cannot write"},
 		{[]string{"--patch", "out.json", "--report", "./out.json", "--workspace", ".:cow"}, "name the same file"},
+		{[]string{"--protect", "../outside"}, "--protect: \"../outside\": want a path inside the workspace"},
+		{[]string{"--protect", "/etc"}, "--protect"},
 	} {
 		root := newRoot()
 		args := append([]string{"sandbox", "run", "--config", cfg}, tt.flags...)
