@@ -69,6 +69,8 @@ type nativeInstance struct {
 	detach  []func()
 	netns   uint64 // inode of the network namespace, for leak checks
 
+	protected []Protection // the workspace's, for the sweep at the end
+
 	mu       sync.Mutex
 	runs     int
 	closed   bool
@@ -194,6 +196,7 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	if setup.Ops, err = planRoot(cfg); err != nil {
 		return err
 	}
+	in.protected = cfg.Protections
 	in.holder = &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{stageHolder},
@@ -298,6 +301,9 @@ func (in *nativeInstance) attachProxy() error {
 	}
 	return nil
 }
+
+// Protections are the workspace's protections, for the sweep when the sandbox ends.
+func (in *nativeInstance) Protections() []Protection { return in.protected }
 
 // NetNSInode is the inode number of the sandbox's network namespace (0 if unknown).
 func (in *nativeInstance) NetNSInode() uint64 { return in.netns }

@@ -8,7 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // The host runs what a workspace holds: git runs a repository's hooks and the commands its
@@ -41,6 +44,11 @@ var maxScanDirs = 200_000
 type Protection struct {
 	Path     string // relative to the workspace, slash-separated
 	ReadOnly bool
+	// Absent marks a file git reads in a git directory (hooks, config, config.worktree,
+	// commondir) that did not exist when the sandbox started, so nothing could be bound
+	// there: backends bind nothing, and when the sandbox ends SweepWorkspace moves aside
+	// whatever it made there.
+	Absent bool
 }
 
 // WorkspaceProtections lists the protections of o's workspace, parents before children:
@@ -64,7 +72,7 @@ func WorkspaceProtections(o Options) ([]Protection, error) {
 	if paths == nil {
 		paths = DefaultProtectedPaths
 	}
-	s := &scan{root: root, ro: map[string]bool{}, gitDirs: map[string]bool{}}
+	s := &scan{root: root, ro: map[string]bool{}, gitDirs: map[string]bool{}, absent: map[string]bool{}}
 	for _, p := range paths {
 		rel, err := cleanRel(p)
 		if err != nil {
@@ -100,6 +108,7 @@ type scan struct {
 	gitDirs     map[string]bool
 	globalHooks gitConfig // the host user's and the system's git config
 	dirs        int
+	absent      map[string]bool // files git reads that a git directory lacked
 }
 
 // inside turns path (absolute, or relative to the workspace) into a workspace-relative
@@ -142,9 +151,12 @@ func (s *scan) list() []Protection {
 			}
 		}
 	}
-	out := make([]Protection, 0, len(s.ro))
+	out := make([]Protection, 0, len(s.ro)+len(s.absent))
 	for rel, ro := range s.ro {
 		out = append(out, Protection{Path: filepath.ToSlash(rel), ReadOnly: ro})
+	}
+	for rel := range s.absent {
+		out = append(out, Protection{Path: filepath.ToSlash(rel), Absent: true})
 	}
 	slices.SortFunc(out, func(a, b Protection) int {
 		if d := strings.Count(a.Path, "/") - strings.Count(b.Path, "/"); d != 0 {
@@ -246,7 +258,12 @@ func (s *scan) gitDir(dir, worktree string) error {
 	s.gitDirs[dir] = true
 	s.protect(dir, false)
 	for _, name := range []string{"hooks", "config", "config.worktree", "commondir"} {
-		s.protect(filepath.Join(dir, name), true)
+		p := filepath.Join(dir, name)
+		if _, err := os.Lstat(filepath.Join(s.root, p)); errors.Is(err, fs.ErrNotExist) {
+			s.absent[p] = true
+			continue
+		}
+		s.protect(p, true)
 	}
 	var cfg gitConfig
 	for _, name := range []string{"config", "config.worktree"} {
@@ -389,4 +406,59 @@ func readSmall(path string) ([]byte, error) {
 		err = errors.New("larger than 1 MiB")
 	}
 	return b, err
+}
+
+// SweepWorkspace moves aside, once the sandbox has ended, what it made at the Absent
+// protections of its workspace (renamed to NAME.airlock-removed, or .airlock-removed-N):
+// a commondir pointing git at a git directory of the sandbox's, a hooks directory, a
+// config.worktree. It returns the workspace-relative paths it moved. Every directory
+// above those paths was a mount point inside, so the sandbox could not have replaced one
+// by a link.
+func SweepWorkspace(workspace string, prots []Protection) ([]string, error) {
+	root, err := filepath.EvalSymlinks(workspace)
+	if err != nil {
+		return nil, fmt.Errorf("sweep workspace: %w", err)
+	}
+	var moved []string
+	var errs []error
+	for _, p := range prots {
+		if !p.Absent {
+			continue
+		}
+		if err := sweepOne(root, filepath.FromSlash(p.Path)); errors.Is(err, errSwept) {
+			moved = append(moved, p.Path)
+		} else if err != nil {
+			errs = append(errs, fmt.Errorf("sweep %s: %w", p.Path, err))
+		}
+	}
+	return moved, errors.Join(errs...)
+}
+
+var errSwept = errors.New("moved aside")
+
+func sweepOne(root, rel string) error {
+	dir, err := unix.Open(filepath.Join(root, filepath.Dir(rel)), unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_PATH, 0)
+	if err != nil {
+		return nil // the git directory is gone: nothing of git's to read there
+	}
+	defer unix.Close(dir)
+	name := filepath.Base(rel)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil
+	}
+	for i := 0; i < 100; i++ {
+		to := name + ".airlock-removed"
+		if i > 0 {
+			to += "-" + strconv.Itoa(i)
+		}
+		err := unix.Renameat2(dir, name, dir, to, unix.RENAME_NOREPLACE)
+		if err == nil {
+			return errSwept
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return err
+		}
+	}
+	return errors.New("no free name to move it to")
 }

@@ -71,7 +71,15 @@ func TestWorkspaceProtectionsFindEveryRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]bool{}
+	absent := map[string]bool{}
 	for i, p := range prots {
+		if p.Absent {
+			absent[p.Path] = true
+			if p.ReadOnly {
+				t.Errorf("%s: absent and read-only", p.Path)
+			}
+			continue
+		}
 		got[p.Path] = p.ReadOnly
 		if d := filepath.Dir(p.Path); d != "." {
 			if _, ok := got[d]; !ok {
@@ -103,6 +111,13 @@ func TestWorkspaceProtectionsFindEveryRepository(t *testing.T) {
 	for p := range got {
 		if _, ok := want[p]; !ok {
 			t.Errorf("%s protected, not expected", p)
+		}
+	}
+	// What git would read in a git directory but is not there is listed for the sweep.
+	for _, p := range []string{".git/commondir", ".git/config.worktree", ".git/modules/deps/lib/commondir",
+		"vendor/x/.git/commondir", "remote.git/commondir", ".git/worktrees/wt/config.worktree"} {
+		if !absent[p] {
+			t.Errorf("%s: not listed as absent", p)
 		}
 	}
 
@@ -140,7 +155,9 @@ func TestWorkspaceProtectionsPaths(t *testing.T) {
 	}
 	var got []string
 	for _, p := range prots {
-		got = append(got, p.Path+map[bool]string{true: " ro", false: ""}[p.ReadOnly])
+		if !p.Absent {
+			got = append(got, p.Path+map[bool]string{true: " ro", false: ""}[p.ReadOnly])
+		}
 	}
 	want := []string{"checkout", "gitdirs", "real ro", "tools", "checkout/.git ro", "gitdirs/a",
 		"tools/run.sh ro", "gitdirs/a/config ro", "gitdirs/a/hooks ro"}
@@ -149,6 +166,7 @@ func TestWorkspaceProtectionsPaths(t *testing.T) {
 	}
 	// An empty list protects git's files alone; a path outside the workspace is refused.
 	prots, err = WorkspaceProtections(Options{Workspace: ws, ProtectedPaths: []string{}})
+	prots = slices.DeleteFunc(prots, func(p Protection) bool { return p.Absent })
 	if err != nil || len(prots) != len(want)-3 {
 		t.Errorf("empty list: %v %v", prots, err)
 	}
@@ -156,6 +174,53 @@ func TestWorkspaceProtectionsPaths(t *testing.T) {
 		if _, err := WorkspaceProtections(Options{Workspace: ws, ProtectedPaths: []string{bad}}); err == nil {
 			t.Errorf("protected path %q accepted", bad)
 		}
+	}
+}
+
+// TestSweepWorkspace: what the sandbox made where git reads files that were absent at
+// start is moved aside (a link is moved, not followed); the rest is left alone.
+func TestSweepWorkspace(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	ws := t.TempDir()
+	for _, d := range []string{".git/objects", ".git/refs", "evil"} {
+		if err := os.MkdirAll(filepath.Join(ws, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, filepath.Join(ws, ".git", "HEAD"), "ref: refs/heads/main\n")
+	write(t, filepath.Join(ws, ".git", "config"), "[core]\n")
+	prots, err := WorkspaceProtections(Options{Workspace: ws, ProtectedPaths: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sandbox's doing: a commondir, a hooks directory, config.worktree as a link, and
+	// an earlier sweep's leftover in the way.
+	write(t, filepath.Join(ws, ".git", "commondir"), "../evil\n")
+	write(t, filepath.Join(ws, ".git", "commondir.airlock-removed"), "old\n")
+	write(t, filepath.Join(ws, ".git", "hooks", "post-checkout"), "#!/bin/sh\n")
+	if err := os.Symlink(filepath.Join(ws, "evil"), filepath.Join(ws, ".git", "config.worktree")); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := SweepWorkspace(ws, prots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(moved)
+	if want := []string{".git/commondir", ".git/config.worktree", ".git/hooks"}; !slices.Equal(moved, want) {
+		t.Errorf("moved %v, want %v", moved, want)
+	}
+	for _, p := range []string{".git/commondir", ".git/hooks", ".git/config.worktree"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+			t.Errorf("%s is still there", p)
+		}
+	}
+	for _, p := range []string{".git/commondir.airlock-removed-1", ".git/hooks.airlock-removed/post-checkout", ".git/config", "evil"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if moved, err := SweepWorkspace(ws, prots); err != nil || len(moved) != 0 {
+		t.Errorf("second sweep: %v %v, want nothing", moved, err)
 	}
 }
 

@@ -20,6 +20,9 @@ type Report struct {
 	Usage          Usage             `json:"usage"`
 	Requests       RequestCounts     `json:"requests"`
 	Changes        []Change          `json:"changes,omitempty"`
+	// Removed are workspace paths git would read (a commondir, a hooks directory...) that
+	// the sandbox made where none were at start, moved aside when it ended.
+	Removed []string `json:"removed,omitempty"`
 }
 
 // RequestCounts counts the proxy's decisions on this sandbox's requests.

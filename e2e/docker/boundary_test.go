@@ -105,12 +105,20 @@ func TestDockerHostToolsFilesAreReadOnly(t *testing.T) {
 	for _, e := range e2etest.Escaped(out) {
 		t.Error(e)
 	}
+	if o, code := run(t, s, "cd /workspace && "+e2etest.GitPointerAttacks(pwned)); code != 0 {
+		t.Fatalf("planting git pointers: exit %d\n%s", code, o)
+	}
 	// The rest of the workspace, git's objects and refs included, stays writable.
 	if o, _ := run(t, s, "cd /workspace && echo x > new-file && touch .git/refs/heads/x.lock && rm .git/refs/heads/x.lock && echo WRITABLE"); !strings.Contains(o, "WRITABLE") {
 		t.Errorf("the workspace is not writable: %s", o)
 	}
 	if err := s.Close(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range e2etest.SweptPointers {
+		if !slices.Contains(s.Report().Removed, p) {
+			t.Errorf("%s was not moved aside (removed: %v)", p, s.Report().Removed)
+		}
 	}
 	e2etest.SameSnapshot(t, before, e2etest.Snapshot(t, ws))
 	e2etest.CheckHostGitRunsNothing(t, ws, pwned)

@@ -29,7 +29,9 @@ echo GIT-WORK-OK
 // cannot change, remove or rename away git's hooks and config (of the repository, its
 // submodules, worktree and a nested repository), the core.hooksPath directory, an
 // included config, editor settings or a configured extra path; the host's copy is
-// unchanged and the host's git runs nothing planted, while git work inside succeeds.
+// unchanged and the host's git runs nothing planted (pointers to a git directory of the
+// sandbox's, made where nothing was at start, are moved aside when it ends), while git
+// work inside succeeds.
 func TestHostToolsFilesAreReadOnly(t *testing.T) {
 	for _, mode := range []sandbox.WorkspaceMode{sandbox.WorkspaceRW, sandbox.WorkspaceCoW} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -45,6 +47,9 @@ func TestHostToolsFilesAreReadOnly(t *testing.T) {
 			work := run(t, s, gitWork)
 			if !strings.Contains(string(work.Stdout), "GIT-WORK-OK") {
 				t.Errorf("git work in the workspace failed: exit %d\n%s%s", work.ExitCode, work.Stdout, work.Stderr)
+			}
+			if planted := run(t, s, "cd /workspace && "+e2etest.GitPointerAttacks(pwned)); planted.ExitCode != 0 {
+				t.Fatalf("planting git pointers: exit %d\n%s", planted.ExitCode, planted.Stderr)
 			}
 			if mode == sandbox.WorkspaceCoW {
 				changes, err := s.Changes()
@@ -64,6 +69,13 @@ func TestHostToolsFilesAreReadOnly(t *testing.T) {
 			}
 			e2etest.SameSnapshot(t, before, e2etest.Snapshot(t, ws))
 			if mode == sandbox.WorkspaceRW {
+				// What git would read where nothing was at start has been moved aside.
+				removed := s.Report().Removed
+				for _, p := range e2etest.SweptPointers {
+					if !slices.Contains(removed, p) {
+						t.Errorf("%s was not moved aside (removed: %v)", p, removed)
+					}
+				}
 				// The sandbox's commits are the host's: the workspace stays writable.
 				if got := e2etest.HostGit(t, ws, "log", "-1", "--format=%s", "main"); got != "from the sandbox" {
 					t.Errorf("host main is at %q, want the sandbox's commit", got)

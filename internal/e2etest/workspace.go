@@ -174,6 +174,34 @@ func HostToolsAttacks(pwned string) []string {
 	return a
 }
 
+// GitPointerAttacks plant, in the workspace, a git directory of the sandbox's (evil/, with
+// a hook and an fsmonitor that create pwned) and point the repositories' git directories
+// at it through files git reads there but that did not exist at start, so no bind covers
+// them: commondir (config and hooks from evil/), config.worktree, a hooks directory where
+// there was none (the worktree's). They succeed inside; the sandbox's end moves them aside
+// (sandbox.SweepWorkspace), and SweptPointers lists what must have been moved.
+func GitPointerAttacks(pwned string) string {
+	return `mkdir -p evil && cp -a .git/objects .git/refs .git/HEAD evil/ && mkdir -p evil/hooks
+printf '#!/bin/sh
+touch ` + pwned + `
+' > evil/hooks/post-checkout && chmod +x evil/hooks/post-checkout
+printf '[core]
+	repositoryformatversion = 0
+	fsmonitor = touch ` + pwned + `
+' > evil/config
+echo ../evil > .git/commondir
+echo ../../../../evil > .git/modules/deps/lib/commondir
+echo ../../../evil > vendor/x/.git/commondir
+printf '[core]
+	fsmonitor = touch ` + pwned + `
+' > .git/config.worktree
+mkdir -p .git/worktrees/wt/hooks && cp evil/hooks/post-checkout .git/worktrees/wt/hooks/`
+}
+
+// SweptPointers are the paths GitPointerAttacks makes that must have been moved aside.
+var SweptPointers = []string{".git/commondir", ".git/modules/deps/lib/commondir", "vendor/x/.git/commondir",
+	".git/config.worktree", ".git/worktrees/wt/hooks"}
+
 // Escaped lists the "ESCAPED: ..." lines of out.
 func Escaped(out string) []string {
 	var e []string

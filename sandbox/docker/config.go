@@ -23,6 +23,8 @@ type spec struct {
 	Config  *container.Config
 	Host    *container.HostConfig
 	Network string // network to create for ModeInternal; "" for none
+
+	Protections []sandbox.Protection // the workspace's, for the sweep at the end
 }
 
 // containerSpec turns validated sandbox options into the container's configuration.
@@ -88,6 +90,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver str
 		// the native backend has it, so that clients preferring IPv6 find it too.
 		host.Sysctls = map[string]string{"net.ipv6.conf.lo.disable_ipv6": "0"}
 	}
+	var protections []sandbox.Protection
 	if o.Workspace != "" {
 		if err := checkBind(o.Workspace); err != nil {
 			return spec{}, err
@@ -103,7 +106,11 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver str
 		if err != nil {
 			return spec{}, err
 		}
+		protections = prots
 		for _, p := range prots {
+			if p.Absent {
+				continue // nothing to bind: swept when the sandbox ends
+			}
 			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind,
 				Source: filepath.Join(o.Workspace, filepath.FromSlash(p.Path)),
 				Target: path.Join(sandbox.WorkspaceDir, p.Path), ReadOnly: p.ReadOnly})
@@ -120,7 +127,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver str
 			Type: mount.TypeBind, Source: caFile, Target: sandbox.CABundlePath, ReadOnly: true,
 		})
 	}
-	return spec{Name: containerName(o.ID), Config: cfg, Host: host, Network: network}, nil
+	return spec{Name: containerName(o.ID), Config: cfg, Host: host, Network: network, Protections: protections}, nil
 }
 
 // user is the container's uid:gid for o.

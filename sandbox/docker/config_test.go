@@ -263,7 +263,7 @@ func TestSpecProtectsWorkspace(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []string
-		for _, m := range sp.Host.Mounts[1:] {
+		for _, m := range sp.Host.Mounts[1:] { // absent git files are not bound, only swept
 			got = append(got, fmt.Sprintf("%s %s %v", strings.TrimPrefix(m.Source, ws), m.Target, m.ReadOnly))
 		}
 		want := []string{"/.git /workspace/.git false", "/.vscode /workspace/.vscode true",
