@@ -56,8 +56,8 @@ func (v *vm) run(audit, nr uint32, args [6]uint64) uint32 {
 	return uint32(r)
 }
 
-func retOf(v Verdict) uint32 {
-	if v.Action == ActKill {
+func retOf(v verdict) uint32 {
+	if v.Action == actKill {
 		return retKillProcess
 	}
 	return verdictRet(v.Action, v.Errno)
@@ -89,11 +89,11 @@ func TestContract(t *testing.T) {
 	type call struct {
 		name string
 		args [6]uint64
-		want Verdict
+		want verdict
 		aio  bool // with Options.AllowAIO
 	}
-	allow := Verdict{Action: ActAllow}
-	errno := func(e Errno) Verdict { return Verdict{Action: ActErrno, Errno: e} }
+	allow := verdict{Action: ActAllow}
+	errno := func(e Errno) verdict { return verdict{Action: ActErrno, Errno: e} }
 	calls := []call{
 		{"read", [6]uint64{}, allow, false},
 		{"chmod", [6]uint64{0, 0o755}, allow, false},
@@ -281,7 +281,7 @@ func rulesByName(p *Profile) map[string][]*Rule {
 
 // TestProgramMeansTheRules runs every system call of each architecture's table, with
 // argument samples around every condition, through the compiled program and compares the
-// result with the rules' meaning (Decide).
+// result with the rules' meaning (decide).
 func TestProgramMeansTheRules(t *testing.T) {
 	for _, o := range []Options{{}, {AllowAIO: true}} {
 		p := Sandbox(o)
@@ -290,7 +290,7 @@ func TestProgramMeansTheRules(t *testing.T) {
 			prog := compile(t, p, a)
 			for nr, name := range a.table.SyscallNumbers {
 				for _, args := range samples(byName[name]) {
-					want := retOf(p.Decide(name, args))
+					want := retOf(p.decide(name, args))
 					if got := prog.run(a.Audit, uint32(nr), args); got != want {
 						t.Fatalf("%s %s(%#x): got %s, want %s", a.Name, name, args, describe(got), describe(want))
 					}
@@ -316,10 +316,10 @@ func TestConditionalRulesAgree(t *testing.T) {
 			continue
 		}
 		for _, args := range samples(rules) {
-			var verdicts []Verdict
+			var verdicts []verdict
 			for _, r := range rules {
 				if r.matches(args) {
-					verdicts = append(verdicts, Verdict{Action: r.Action, Errno: r.Errno})
+					verdicts = append(verdicts, verdict{Action: r.Action, Errno: r.Errno})
 				}
 			}
 			if len(verdicts) == 0 && name != "personality" {

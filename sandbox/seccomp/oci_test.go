@@ -13,9 +13,9 @@ import (
 // its argument comparisons hold (runc makes alternatives of several comparisons of one
 // argument: the test fails on those instead), the matching rules must agree, and a call
 // no rule matches gets the default.
-func ociDecide(t *testing.T, s *specs.LinuxSeccomp, name string, args [6]uint64) Verdict {
+func ociDecide(t *testing.T, s *specs.LinuxSeccomp, name string, args [6]uint64) verdict {
 	t.Helper()
-	var got []Verdict
+	var got []verdict
 	for _, r := range s.Syscalls {
 		if !slices.Contains(r.Names, name) {
 			continue
@@ -44,9 +44,9 @@ func ociDecide(t *testing.T, s *specs.LinuxSeccomp, name string, args [6]uint64)
 		}
 		switch r.Action {
 		case specs.ActAllow:
-			got = append(got, Verdict{Action: ActAllow})
+			got = append(got, verdict{Action: ActAllow})
 		case specs.ActErrno:
-			got = append(got, Verdict{Action: ActErrno, Errno: Errno(*r.ErrnoRet)})
+			got = append(got, verdict{Action: ActErrno, Errno: Errno(*r.ErrnoRet)})
 		default:
 			t.Fatalf("%s: action %s", name, r.Action)
 		}
@@ -57,7 +57,7 @@ func ociDecide(t *testing.T, s *specs.LinuxSeccomp, name string, args [6]uint64)
 		}
 	}
 	if len(got) == 0 {
-		return Verdict{Action: ActErrno, Errno: Errno(*s.DefaultErrnoRet)}
+		return verdict{Action: ActErrno, Errno: Errno(*s.DefaultErrnoRet)}
 	}
 	return got[0]
 }
@@ -81,7 +81,7 @@ func TestOCIMeansTheRules(t *testing.T) {
 			}
 			for _, name := range a.table.SyscallNumbers {
 				for _, args := range samples(byName[name]) {
-					want := p.Decide(name, args)
+					want := p.decide(name, args)
 					if got := ociDecide(t, s, name, args); got != want {
 						t.Fatalf("%s %s(%#x): got %v, want %v", a.Name, name, args, got, want)
 					}

@@ -148,16 +148,6 @@ func (p *Profile) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Names lists every call the profile has a rule for, sorted.
-func (p *Profile) Names() []string {
-	var out []string
-	for _, r := range p.Rules {
-		out = append(out, r.Names...)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 // matches reports whether args meet every condition of r.
 func (r *Rule) matches(args [6]uint64) bool {
 	for _, c := range r.Conds {
@@ -178,25 +168,25 @@ func (r *Rule) matches(args [6]uint64) bool {
 	return true
 }
 
-// Verdict is what the policy does to one call.
-type Verdict struct {
-	Action Action // ActAllow, ActErrno, or ActKill for a foreign ABI
+// verdict is what the policy does to one call.
+type verdict struct {
+	Action Action // ActAllow, ActErrno, or actKill for a foreign ABI
 	Errno  Errno
 }
 
-// ActKill is the verdict on a call through a foreign ABI: the process is killed. It is
+// actKill is the verdict on a call through a foreign ABI: the process is killed. It is
 // never a rule's action.
-const ActKill Action = "kill"
+const actKill Action = "kill"
 
-// Decide is the policy's meaning for a call of the native ABI, evaluated directly from the
+// decide is the policy's meaning for a call of the native ABI, evaluated directly from the
 // rules: the action of the matching rules (all of which agree, see Rule), else the
-// default. The compiled program is tested against it.
-func (p *Profile) Decide(name string, args [6]uint64) Verdict {
+// default. The compiled program and the OCI rendering are tested against it.
+func (p *Profile) decide(name string, args [6]uint64) verdict {
 	for i := range p.Rules {
 		r := &p.Rules[i]
 		if slices.Contains(r.Names, name) && r.matches(args) {
-			return Verdict{Action: r.Action, Errno: r.Errno}
+			return verdict{Action: r.Action, Errno: r.Errno}
 		}
 	}
-	return Verdict{Action: ActErrno, Errno: p.Default}
+	return verdict{Action: ActErrno, Errno: p.Default}
 }
