@@ -98,7 +98,7 @@ var refused = [][]string{
 	// Other processes: their memory, their descriptors, tracing them.
 	{"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp"},
 	// Namespaces and mounts.
-	{"setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
+	{"setns", "unshare", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
 		"open_tree_attr", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr"},
 	// The kernel itself: modules, BPF, perf, keyrings, io_uring (whose operations no
 	// filter sees), userfaultfd, file handles, fanotify, accounting.
@@ -106,7 +106,7 @@ var refused = [][]string{
 		"perf_event_open", "keyctl", "add_key", "request_key", "io_uring_setup",
 		"io_uring_enter", "io_uring_register", "userfaultfd", "name_to_handle_at",
 		"open_by_handle_at", "fanotify_init", "fanotify_mark", "lookup_dcookie", "uselib",
-		"acct", "quotactl", "quotactl_fd", "syslog", "modify_ldt"},
+		"acct", "quotactl", "quotactl_fd", "syslog", "modify_ldt", "nfsservctl"},
 	// The machine: time, power, swap, ports, names.
 	{"reboot", "swapon", "swapoff", "iopl", "ioperm", "settimeofday", "clock_settime",
 		"clock_adjtime", "adjtimex", "vhangup", "sethostname", "setdomainname"},
@@ -138,12 +138,10 @@ func Sandbox(o Options) *Profile {
 		// attribute's name, and security.capability would give a file capabilities.
 		Rule{Names: []string{"setxattr", "lsetxattr", "fsetxattr", "setxattrat"}, Action: ActErrno, Errno: EOPNOTSUPP},
 	)
-	// No new namespaces: clone and unshare with any CLONE_NEW* flag.
-	for _, call := range []string{"clone", "unshare"} {
-		p.Rules = append(p.Rules, Rule{Names: []string{call}, Action: ActAllow,
-			Conds: []Cond{{Arg: 0, Op: OpMaskedEqual, Mask: cloneNewNS}}})
-		p.Rules = append(p.Rules, bitRefusals(call, 0, cloneNewNS, nil)...)
-	}
+	// No new namespaces: clone with any CLONE_NEW* flag (unshare and setns are refused).
+	p.Rules = append(p.Rules, Rule{Names: []string{"clone"}, Action: ActAllow,
+		Conds: []Cond{{Arg: 0, Op: OpMaskedEqual, Mask: cloneNewNS}}})
+	p.Rules = append(p.Rules, bitRefusals("clone", 0, cloneNewNS, nil)...)
 	// No set-user-ID or set-group-ID bit in any mode: a file the sandbox writes to the
 	// workspace belongs on the host to the workspace's owner, often root.
 	for _, m := range []struct {

@@ -142,9 +142,9 @@ func TestContract(t *testing.T) {
 		{"clone", [6]uint64{0x10000000 | sigchld}, errno(EPERM), false}, // CLONE_NEWUSER
 		{"clone", [6]uint64{0x40000000 | sigchld}, errno(EPERM), false}, // CLONE_NEWNET
 		{"clone", [6]uint64{0x00020000 | sigchld}, errno(EPERM), false}, // CLONE_NEWNS
-		{"unshare", [6]uint64{cloneFiles}, allow, false},
+		{"unshare", [6]uint64{cloneFiles}, errno(EPERM), false},
 		{"unshare", [6]uint64{0x10000000}, errno(EPERM), false},
-		{"unshare", [6]uint64{0x00000080}, errno(EPERM), false}, // CLONE_NEWTIME
+		{"clone", [6]uint64{cloneFiles | sigchld}, allow, false},
 		{"clone3", [6]uint64{}, errno(ENOSYS), false},
 		{"openat2", [6]uint64{}, errno(ENOSYS), false},
 		{"setns", [6]uint64{}, errno(EPERM), false},
