@@ -46,7 +46,7 @@ type Protection struct {
 	ReadOnly bool
 	// Absent marks a file git reads in a git directory (hooks, config, config.worktree,
 	// commondir) that did not exist when the sandbox started, so nothing could be bound
-	// there: backends bind nothing, and when the sandbox ends SweepWorkspace moves aside
+	// there: backends bind nothing, and when the sandbox ends, Close moves aside
 	// whatever it made there.
 	Absent bool
 }
@@ -408,14 +408,17 @@ func readSmall(path string) ([]byte, error) {
 	return b, err
 }
 
-// SweepWorkspace moves aside, once the sandbox has ended, what it made at the Absent
+// sweepWorkspace moves aside, once the sandbox has ended, what it made at the Absent
 // protections of its workspace (renamed to NAME.airlock-removed, or .airlock-removed-N):
 // a commondir pointing git at a git directory of the sandbox's, a hooks directory, a
 // config.worktree. It returns the workspace-relative paths it moved. Every directory
 // above those paths was a mount point inside, so the sandbox could not have replaced one
 // by a link.
-func SweepWorkspace(workspace string, prots []Protection) ([]string, error) {
+func sweepWorkspace(workspace string, prots []Protection) ([]string, error) {
 	root, err := filepath.EvalSymlinks(workspace)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // removed by the host: nothing left to read
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sweep workspace: %w", err)
 	}

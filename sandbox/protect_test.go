@@ -201,7 +201,7 @@ func TestSweepWorkspace(t *testing.T) {
 	if err := os.Symlink(filepath.Join(ws, "evil"), filepath.Join(ws, ".git", "config.worktree")); err != nil {
 		t.Fatal(err)
 	}
-	moved, err := SweepWorkspace(ws, prots)
+	moved, err := sweepWorkspace(ws, prots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestSweepWorkspace(t *testing.T) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
-	if moved, err := SweepWorkspace(ws, prots); err != nil || len(moved) != 0 {
+	if moved, err := sweepWorkspace(ws, prots); err != nil || len(moved) != 0 {
 		t.Errorf("second sweep: %v %v, want nothing", moved, err)
 	}
 }

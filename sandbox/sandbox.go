@@ -176,13 +176,13 @@ func (s *Sandbox) close(ctx context.Context) error {
 }
 
 // sweep moves aside, in a read-write workspace, the files git reads that the sandbox made
-// where none were at start (see SweepWorkspace); the backend has ended the sandbox.
+// where none were at start (see sweepWorkspace); the backend has ended the sandbox.
 func (s *Sandbox) sweep() ([]string, error) {
 	p, ok := s.inst.(interface{ Protections() []Protection })
 	if !ok || s.opts.WorkspaceMode != WorkspaceRW {
 		return nil, nil
 	}
-	moved, err := SweepWorkspace(s.opts.Workspace, p.Protections())
+	moved, err := sweepWorkspace(s.opts.Workspace, p.Protections())
 	if len(moved) > 0 {
 		s.opts.Logger.Warn("the sandbox made files the host's git would read; moved aside",
 			"sandbox", s.opts.ID, "paths", moved)

@@ -179,7 +179,7 @@ func HostToolsAttacks(pwned string) []string {
 // at it through files git reads there but that did not exist at start, so no bind covers
 // them: commondir (config and hooks from evil/), config.worktree, a hooks directory where
 // there was none (the worktree's). They succeed inside; the sandbox's end moves them aside
-// (sandbox.SweepWorkspace), and SweptPointers lists what must have been moved.
+// , and SweptPointers lists what must have been moved.
 func GitPointerAttacks(pwned string) string {
 	return `mkdir -p evil && cp -a .git/objects .git/refs .git/HEAD evil/ && mkdir -p evil/hooks
 printf '#!/bin/sh
