@@ -181,21 +181,16 @@ func HostToolsAttacks(pwned string) []string {
 // there was none (the worktree's). They succeed inside; the sandbox's end moves them aside
 // , and SweptPointers lists what must have been moved.
 func GitPointerAttacks(pwned string) string {
-	return `mkdir -p evil && cp -a .git/objects .git/refs .git/HEAD evil/ && mkdir -p evil/hooks
-printf '#!/bin/sh
-touch ` + pwned + `
-' > evil/hooks/post-checkout && chmod +x evil/hooks/post-checkout
-printf '[core]
-	repositoryformatversion = 0
-	fsmonitor = touch ` + pwned + `
-' > evil/config
-echo ../evil > .git/commondir
-echo ../../../../evil > .git/modules/deps/lib/commondir
-echo ../../../evil > vendor/x/.git/commondir
-printf '[core]
-	fsmonitor = touch ` + pwned + `
-' > .git/config.worktree
-mkdir -p .git/worktrees/wt/hooks && cp evil/hooks/post-checkout .git/worktrees/wt/hooks/`
+	return strings.Join([]string{
+		"mkdir -p evil/hooks && cp -a .git/objects .git/refs .git/HEAD evil/",
+		`printf '#!/bin/sh\ntouch ` + pwned + `\n' > evil/hooks/post-checkout && chmod +x evil/hooks/post-checkout`,
+		`printf '[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch ` + pwned + `\n' > evil/config`,
+		"echo ../evil > .git/commondir",
+		"echo ../../../../evil > .git/modules/deps/lib/commondir",
+		"echo ../../../evil > vendor/x/.git/commondir",
+		`printf '[core]\n\tfsmonitor = touch ` + pwned + `\n' > .git/config.worktree`,
+		"mkdir -p .git/worktrees/wt/hooks && cp evil/hooks/post-checkout .git/worktrees/wt/hooks/",
+	}, " && ")
 }
 
 // SweptPointers are the paths GitPointerAttacks makes that must have been moved aside.
