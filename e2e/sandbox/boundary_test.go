@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,6 +55,31 @@ func TestSyscallBoundary(t *testing.T) {
 	e2etest.CheckSyscallResults(t, bin, e2etest.ProbeResults(out.String()))
 	e2etest.CheckNoSetIDOnHost(t, ws)
 	e2etest.SyscallHostControl(t, bin)
+}
+
+// TestInstalledFilterKillsForeignABIs reads back the filter the holder installed in a
+// sandboxed command (PTRACE_SECCOMP_GET_FILTER) and runs every i386 and x32 call number
+// through it: this kernel may run no i386 at all, where real calls cannot show the kill.
+func TestInstalledFilterKillsForeignABIs(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("x86_64 only")
+	}
+	s := newSandbox(t, sandbox.Options{})
+	marker := "123" + strconv.Itoa(os.Getpid()%1000)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = s.Run(context.Background(), sandbox.Command{Args: []string{"sleep", marker}, Timeout: time.Minute})
+	}()
+	var pid int
+	for deadline := time.Now().Add(30 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
+		if pid = findProcess("sleep\x00" + marker + "\x00"); pid == 0 && time.Now().After(deadline) {
+			t.Fatal("the sandboxed sleep never appeared")
+		}
+	}
+	e2etest.CheckInstalledFilter(t, pid)
+	syscall.Kill(pid, syscall.SIGKILL)
+	<-done
 }
 
 // setuidBinary is a set-user-ID program of the host's (read-only) root, for copy and link
