@@ -44,10 +44,10 @@ var maxScanDirs = 200_000
 type Protection struct {
 	Path     string // relative to the workspace, slash-separated
 	ReadOnly bool
-	// Absent marks a file git reads in a git directory (hooks, config, config.worktree,
-	// commondir) that did not exist when the sandbox started, so nothing could be bound
-	// there: backends bind nothing, and when the sandbox ends, Close moves aside
-	// whatever it made there.
+	// Absent marks a path git reads (in a git directory: hooks, config,
+	// config.worktree, commondir; a core.hooksPath directory; an included config file) that
+	// did not exist when the sandbox started, so nothing could be bound there: backends
+	// bind nothing, and when the sandbox ends, Close moves aside whatever it made there.
 	Absent bool
 }
 
@@ -128,6 +128,49 @@ func (s *scan) inside(path string) (string, bool) {
 	return rel, true
 }
 
+// insideMissing is inside for a path that does not exist: its nearest existing ancestor
+// resolved, the rest appended (nothing there can be a link yet).
+func (s *scan) insideMissing(path string) (string, bool) {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(s.root, path)
+	}
+	path = filepath.Clean(path)
+	rest := ""
+	for dir := path; ; dir = filepath.Dir(dir) {
+		if _, err := os.Lstat(dir); err == nil {
+			real, ok := s.inside(dir)
+			if !ok {
+				return "", false
+			}
+			if fi, err := os.Stat(filepath.Join(s.root, real)); err != nil || !fi.IsDir() || rest == "" {
+				return "", false // not a directory: nothing can be made below it
+			}
+			return filepath.Join(real, rest), true
+		}
+		if filepath.Dir(dir) == dir {
+			return "", false
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
+}
+
+// gitReads records a path git reads as configuration or runs: read-only when it exists,
+// else swept when the sandbox ends.
+func (s *scan) gitReads(path string) {
+	if _, err := os.Lstat(s.abs(path)); err == nil {
+		s.protect(path, true)
+	} else if rel, ok := s.insideMissing(path); ok {
+		s.absent[rel] = true
+	}
+}
+
+func (s *scan) abs(path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(s.root, path)
+}
+
 // protect records rel (relative to the workspace; its target if it is or passes a
 // symlink, when that is inside the workspace) when it exists.
 func (s *scan) protect(rel string, readOnly bool) {
@@ -141,12 +184,22 @@ func (s *scan) protect(rel string, readOnly bool) {
 	s.ro[real] = s.ro[real] || readOnly
 }
 
-// list is the protections with every directory between a protected path and the workspace
-// pinned, sorted so that a parent is mounted before its children.
+// list is the protections with every directory between a protected (or absent) path and
+// the workspace pinned, sorted so that a parent is mounted before its children.
 func (s *scan) list() []Protection {
+	var paths []string
 	for rel := range s.ro {
+		paths = append(paths, rel)
+	}
+	for rel := range s.absent {
+		paths = append(paths, rel)
+	}
+	for _, rel := range paths {
 		for d := filepath.Dir(rel); d != "."; d = filepath.Dir(d) {
-			if _, ok := s.ro[d]; !ok {
+			if _, ok := s.ro[d]; ok || s.absent[d] {
+				continue
+			}
+			if fi, err := os.Lstat(filepath.Join(s.root, d)); err == nil && fi.IsDir() {
 				s.ro[d] = false
 			}
 		}
@@ -258,12 +311,7 @@ func (s *scan) gitDir(dir, worktree string) error {
 	s.gitDirs[dir] = true
 	s.protect(dir, false)
 	for _, name := range []string{"hooks", "config", "config.worktree", "commondir"} {
-		p := filepath.Join(dir, name)
-		if _, err := os.Lstat(filepath.Join(s.root, p)); errors.Is(err, fs.ErrNotExist) {
-			s.absent[p] = true
-			continue
-		}
-		s.protect(p, true)
+		s.gitReads(filepath.Join(dir, name))
 	}
 	var cfg gitConfig
 	for _, name := range []string{"config", "config.worktree"} {
@@ -285,7 +333,7 @@ func (s *scan) gitDir(dir, worktree string) error {
 		if h = expandHome(h); !filepath.IsAbs(h) {
 			h = filepath.Join(hookBase, h)
 		}
-		s.protect(h, true)
+		s.gitReads(h)
 	}
 	if b, err := readSmall(filepath.Join(s.root, dir, "commondir")); err == nil {
 		common := strings.TrimSpace(string(b))
@@ -356,7 +404,7 @@ func (s *scan) readConfig(path string, cfg *gitConfig, depth int) {
 		if inc = expandHome(inc); !filepath.IsAbs(inc) {
 			inc = filepath.Join(filepath.Dir(path), inc)
 		}
-		s.protect(inc, true)
+		s.gitReads(inc)
 		s.readConfig(inc, cfg, depth+1)
 	}
 	cfg.entries = append(cfg.entries, c.entries...)
@@ -411,54 +459,80 @@ func readSmall(path string) ([]byte, error) {
 // sweepWorkspace moves aside, once the sandbox has ended, what it made at the Absent
 // protections of its workspace (renamed to NAME.airlock-removed, or .airlock-removed-N):
 // a commondir pointing git at a git directory of the sandbox's, a hooks directory, a
-// config.worktree. It returns the workspace-relative paths it moved. Every directory
-// above those paths was a mount point inside, so the sandbox could not have replaced one
-// by a link.
+// config.worktree, an included config file, or a symbolic link the sandbox put on the way
+// to one (none was there at start: the scan resolved them). Nothing is followed. It
+// returns the workspace-relative paths it moved.
 func sweepWorkspace(workspace string, prots []Protection) ([]string, error) {
-	root, err := filepath.EvalSymlinks(workspace)
-	if errors.Is(err, fs.ErrNotExist) {
+	root, err := unix.Open(workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
 		return nil, nil // removed by the host: nothing left to read
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sweep workspace: %w", err)
 	}
+	defer unix.Close(root)
 	var moved []string
 	var errs []error
 	for _, p := range prots {
 		if !p.Absent {
 			continue
 		}
-		if err := sweepOne(root, filepath.FromSlash(p.Path)); errors.Is(err, errSwept) {
-			moved = append(moved, p.Path)
-		} else if err != nil {
+		m, err := sweepOne(root, p.Path)
+		if m != "" {
+			moved = append(moved, m)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("sweep %s: %w", p.Path, err))
 		}
 	}
 	return moved, errors.Join(errs...)
 }
 
-var errSwept = errors.New("moved aside")
+// sweepOne walks rel from dir a component at a time without following links, and moves
+// aside the first link it meets or rel itself; it returns what it moved.
+func sweepOne(dir int, rel string) (string, error) {
+	parts := strings.Split(rel, "/")
+	var walked []string
+	fd := dir
+	defer func() {
+		if fd != dir {
+			unix.Close(fd)
+		}
+	}()
+	for i, name := range parts {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return "", nil // nothing there
+		}
+		walked = append(walked, name)
+		if i == len(parts)-1 || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			if err := moveAside(fd, name); err != nil {
+				return "", err
+			}
+			return strings.Join(walked, "/"), nil
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return "", nil // a file where a directory would be: git finds nothing below
+		}
+		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", err
+		}
+		if fd != dir {
+			unix.Close(fd)
+		}
+		fd = next
+	}
+	return "", nil
+}
 
-func sweepOne(root, rel string) error {
-	dir, err := unix.Open(filepath.Join(root, filepath.Dir(rel)), unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_PATH, 0)
-	if err != nil {
-		return nil // the git directory is gone: nothing of git's to read there
-	}
-	defer unix.Close(dir)
-	name := filepath.Base(rel)
-	var st unix.Stat_t
-	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil
-	}
+func moveAside(dir int, name string) error {
 	for i := 0; i < 100; i++ {
 		to := name + ".airlock-removed"
 		if i > 0 {
 			to += "-" + strconv.Itoa(i)
 		}
 		err := unix.Renameat2(dir, name, dir, to, unix.RENAME_NOREPLACE)
-		if err == nil {
-			return errSwept
-		}
 		if !errors.Is(err, unix.EEXIST) {
 			return err
 		}

@@ -188,10 +188,28 @@ func TestSweepWorkspace(t *testing.T) {
 		}
 	}
 	write(t, filepath.Join(ws, ".git", "HEAD"), "ref: refs/heads/main\n")
-	write(t, filepath.Join(ws, ".git", "config"), "[core]\n")
+	write(t, filepath.Join(ws, ".git", "config"), "[core]\n\thooksPath = .hooks\n"+
+		"[include]\n\tpath = ../conf/local.cfg\n\tpath = ../later/x.cfg\n")
+	if err := os.Mkdir(filepath.Join(ws, "conf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	prots, err := WorkspaceProtections(Options{Workspace: ws, ProtectedPaths: []string{}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var absent, pinned []string
+	for _, p := range prots {
+		if p.Absent {
+			absent = append(absent, p.Path)
+		} else if !p.ReadOnly {
+			pinned = append(pinned, p.Path)
+		}
+	}
+	wantAbsent := []string{".hooks", ".git/hooks", "conf/local.cfg", "later/x.cfg", ".git/commondir", ".git/config.worktree"}
+	slices.Sort(absent)
+	slices.Sort(wantAbsent)
+	if !slices.Equal(absent, wantAbsent) || !slices.Contains(pinned, "conf") {
+		t.Errorf("absent %v, want %v; pinned %v, want conf among them", absent, wantAbsent, pinned)
 	}
 	// The sandbox's doing: a commondir, a hooks directory, config.worktree as a link, and
 	// an earlier sweep's leftover in the way.
@@ -201,13 +219,24 @@ func TestSweepWorkspace(t *testing.T) {
 	if err := os.Symlink(filepath.Join(ws, "evil"), filepath.Join(ws, ".git", "config.worktree")); err != nil {
 		t.Fatal(err)
 	}
+	// An included file and a hooks directory git would read, and a link on the way to
+	// another included file.
+	write(t, filepath.Join(ws, "conf", "local.cfg"), "[core]\n\tfsmonitor = evil\n")
+	write(t, filepath.Join(ws, ".hooks", "pre-commit"), "#!/bin/sh\n")
+	write(t, filepath.Join(ws, "evil", "x.cfg"), "[core]\n\tfsmonitor = evil\n")
+	if err := os.Symlink("evil", filepath.Join(ws, "later")); err != nil {
+		t.Fatal(err)
+	}
 	moved, err := sweepWorkspace(ws, prots)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(moved)
-	if want := []string{".git/commondir", ".git/config.worktree", ".git/hooks"}; !slices.Equal(moved, want) {
+	if want := []string{".git/commondir", ".git/config.worktree", ".git/hooks", ".hooks", "conf/local.cfg", "later"}; !slices.Equal(moved, want) {
 		t.Errorf("moved %v, want %v", moved, want)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "evil", "x.cfg")); err != nil {
+		t.Errorf("the link's target was touched: %v", err)
 	}
 	for _, p := range []string{".git/commondir", ".git/hooks", ".git/config.worktree"} {
 		if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
