@@ -59,7 +59,8 @@ type Protection struct {
 // commondir are read-only, as are a .git file, the directory core.hooksPath names and the
 // files config includes, when inside the workspace; then the existing paths of
 // o.ProtectedPaths (DefaultProtectedPaths when nil) are read-only. A path that does not
-// exist at start cannot be protected (docs/threat-model.md says what that leaves open).
+// exist at start cannot be bound: those git reads are listed as Absent, for the sweep when
+// the sandbox ends (docs/threat-model.md says what that leaves open).
 func WorkspaceProtections(o Options) ([]Protection, error) {
 	if o.Workspace == "" || o.WorkspaceMode == WorkspaceRO {
 		return nil, nil
@@ -108,7 +109,7 @@ type scan struct {
 	gitDirs     map[string]bool
 	globalHooks gitConfig // the host user's and the system's git config
 	dirs        int
-	absent      map[string]bool // files git reads that a git directory lacked
+	absent      map[string]bool // paths git reads that were absent at start
 }
 
 // inside turns path (absolute, or relative to the workspace) into a workspace-relative
