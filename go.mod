@@ -15,7 +15,6 @@ require (
 	github.com/hashicorp/vault/api/auth/kubernetes v0.12.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/landlock-lsm/go-landlock v0.11.2
-	github.com/moby/profiles/seccomp v0.1.0
 	github.com/open-policy-agent/opa v1.22.3
 	github.com/opencontainers/runtime-spec v1.2.1
 	github.com/prometheus/client_golang v1.25.0

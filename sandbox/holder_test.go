@@ -53,7 +53,7 @@ func startTestHolder(t *testing.T) *testHolder {
 
 func (h *testHolder) setup(t *testing.T, ops ...mountOp) error {
 	t.Helper()
-	prog, err := seccompProgram()
+	prog, err := seccompProgram(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,7 @@ type rootConfig struct {
 	UIDBase       int
 	CABundle      []byte
 	IdmapFD       int // the id-map user namespace's descriptor in the holder; -1 when absent
+	Protections   []Protection
 }
 
 // A mountOp is one step of building a sandbox's file system. The parent plans the steps
@@ -124,6 +125,7 @@ func planRoot(cfg *rootConfig) ([]mountOp, error) {
 	p.mountAt("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 	p.maskProc(filepath.Join(root, "proc"))
 	p.workspace(cfg, filepath.Join(root, workspaceDir))
+	p.protect(cfg.Protections, filepath.Join(root, workspaceDir))
 	p.caBundle(cfg, root)
 	for _, dir := range []string{"run", "home", "var"} {
 		p.mount("remount /"+dir+" read-only", "", filepath.Join(root, dir), "", unix.MS_REMOUNT|roFlags, "")
@@ -266,6 +268,23 @@ func (p *plan) workspace(cfg *rootConfig, dst string) {
 		// would look new and partly empty); a rename of a host directory is copied instead.
 		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=off,metacopy=off", cfg.LowerDir, cfg.UpperDir, cfg.WorkDir)
 		p.mountAt("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	}
+}
+
+// protect makes each protected path of the workspace (mounted at ws) a mount point of its
+// own, bound onto itself, so that it cannot be renamed or replaced, and read-only if so
+// marked. Binds stay on the workspace's mount (idmapped, nosuid, nodev); parents come
+// first, so that no bind hides one made below it.
+func (p *plan) protect(prots []Protection, ws string) {
+	for _, pr := range prots {
+		if pr.Absent {
+			continue // nothing to bind: swept when the sandbox ends
+		}
+		dst := filepath.Join(ws, filepath.FromSlash(pr.Path))
+		p.mount("protect workspace path "+pr.Path, dst, dst, "", unix.MS_BIND, "")
+		if pr.ReadOnly {
+			p.mount("make workspace path "+pr.Path+" read-only", "", dst, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, "")
+		}
 	}
 }
 

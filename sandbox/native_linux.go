@@ -69,6 +69,8 @@ type nativeInstance struct {
 	detach  []func()
 	netns   uint64 // inode of the network namespace, for leak checks
 
+	protected []Protection // the workspace's, for the sweep at the end
+
 	mu         sync.Mutex
 	runs       int
 	closed     bool
@@ -138,6 +140,9 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 		if !fi.IsDir() {
 			return nil, fmt.Errorf("workspace %s: not a directory", o.Workspace)
 		}
+		if cfg.Protections, err = WorkspaceProtections(o); err != nil {
+			return nil, err
+		}
 	}
 	if o.WorkspaceMode == WorkspaceCoW && o.Workspace != "" {
 		// The layers the sandbox writes live on a file system of o.Disk bytes of their own.
@@ -165,7 +170,7 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	prog, err := seccompProgram()
+	prog, err := seccompProgram(in.opts)
 	if err != nil {
 		return err
 	}
@@ -197,6 +202,7 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	if setup.Ops, err = planRoot(cfg); err != nil {
 		return err
 	}
+	in.protected = cfg.Protections
 	in.holder = &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{stageHolder},
@@ -311,6 +317,9 @@ func (in *nativeInstance) attachProxy() error {
 
 // upperDir is the copy-on-write layer's upper directory.
 func (in *nativeInstance) upperDir() string { return filepath.Join(in.dir, scratchName, "upper") }
+
+// Protections are the workspace's protections, for the sweep when the sandbox ends.
+func (in *nativeInstance) Protections() []Protection { return in.protected }
 
 // NetNSInode is the inode number of the sandbox's network namespace (0 if unknown).
 func (in *nativeInstance) NetNSInode() uint64 { return in.netns }

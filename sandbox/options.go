@@ -60,6 +60,16 @@ type Options struct {
 	// (writes past it fail with ENOSPC inside); 0 means DefaultDisk. It bounds nothing else:
 	// a read-write workspace is the host directory itself.
 	Disk int64
+	// ProtectedPaths are paths of a read-write or copy-on-write workspace, relative to it,
+	// that host tools run or read as configuration (an editor's tasks, direnv's .envrc):
+	// those that exist when the sandbox starts are read-only inside, as the git metadata of
+	// every repository in the workspace always is (see WorkspaceProtections). nil means
+	// DefaultProtectedPaths; an empty list protects the git metadata alone.
+	ProtectedPaths []string
+	// AllowAIO permits Linux AIO (io_setup and its family), refused by default: AIO
+	// contexts are machine-wide, with no per-namespace limit, so one sandbox could take
+	// them all.
+	AllowAIO bool
 
 	Env      []string // explicit K=V entries added to the built environment
 	CABundle []byte   // PEM bundle (system roots + airlock CA) the sandbox trusts
@@ -128,6 +138,11 @@ func (o Options) withDefaults() (Options, error) {
 	for _, p := range o.ReadOnlyPaths {
 		if !filepath.IsAbs(p) {
 			return o, fmt.Errorf("read-only path %q: must be absolute", p)
+		}
+	}
+	for _, p := range o.ProtectedPaths {
+		if err := CheckProtectedPath(p); err != nil {
+			return o, fmt.Errorf("protected path %w", err)
 		}
 	}
 	if o.Timeout < 0 || o.Memory < 0 || o.Pids < 0 || !(o.CPUs >= 0) || math.IsInf(o.CPUs, 0) || o.TmpSize < 0 ||

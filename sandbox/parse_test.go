@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"bytes"
+	"errors"
 	"math"
 	"slices"
 	"strings"
@@ -105,9 +107,13 @@ func TestObserveCountsDecisions(t *testing.T) {
 	}
 }
 
-func TestSeccompPolicyAssembles(t *testing.T) {
-	p := sandboxPolicy()
-	if _, err := p.Assemble(); err != nil {
-		t.Fatalf("assemble: %v", err)
+func TestSeccompProgramCompiles(t *testing.T) {
+	plain, err1 := seccompProgram(Options{})
+	aio, err2 := seccompProgram(Options{AllowAIO: true})
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	if len(plain) == 0 || len(plain)%8 != 0 || bytes.Equal(plain, aio) {
+		t.Errorf("programs of %d and %d bytes, want two different sock_filter arrays", len(plain), len(aio))
 	}
 }

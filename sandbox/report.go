@@ -23,6 +23,9 @@ type Report struct {
 	// ChangesIncomplete, when set, says why Changes may lack changes (a bound of
 	// PostRunLimits reached, a part of the tree that could not be read, with the paths).
 	ChangesIncomplete string `json:"changes_incomplete,omitempty"`
+	// Removed are workspace paths git would read (a commondir, a hooks directory...) that
+	// the sandbox made where none were at start, moved aside when it ended.
+	Removed []string `json:"removed,omitempty"`
 }
 
 // RequestCounts counts the proxy's decisions on this sandbox's requests.

@@ -173,11 +173,14 @@ func (s *Sandbox) close(ctx context.Context) error {
 		err = nil
 	}
 	errs = append(errs, err)
+	swept, err := s.sweep()
+	errs = append(errs, err)
 	err = errors.Join(errs...)
 	s.mu.Lock()
 	s.report.End = time.Now()
 	s.report.Changes = changes
 	s.report.ChangesIncomplete = incomplete
+	s.report.Removed = swept
 	rep := s.report
 	s.mu.Unlock()
 	fields := map[string]any{"exit_code": rep.ExitCode, "timed_out": rep.TimedOut,
@@ -185,11 +188,29 @@ func (s *Sandbox) close(ctx context.Context) error {
 	if err != nil {
 		fields["error"] = err.Error()
 	}
+	if len(swept) > 0 {
+		fields["removed"] = swept
+	}
 	s.event(ctx, "sandbox.end", fields)
 	if err != nil {
 		return fmt.Errorf("close sandbox %s: %w", s.opts.ID, err)
 	}
 	return nil
+}
+
+// sweep moves aside, in a read-write workspace, the files git reads that the sandbox made
+// where none were at start (see sweepWorkspace); the backend has ended the sandbox.
+func (s *Sandbox) sweep() ([]string, error) {
+	p, ok := s.inst.(interface{ Protections() []Protection })
+	if !ok || s.opts.WorkspaceMode != WorkspaceRW {
+		return nil, nil
+	}
+	moved, err := sweepWorkspace(s.opts.Workspace, p.Protections())
+	if len(moved) > 0 {
+		s.opts.Logger.Warn("the sandbox made files the host's git would read; moved aside",
+			"sandbox", s.opts.ID, "paths", moved)
+	}
+	return moved, err
 }
 
 func (s *Sandbox) event(ctx context.Context, kind string, fields map[string]any) {

@@ -83,6 +83,7 @@ fuzz_targets=(
 	"FuzzText ./internal/redact"
 	"FuzzWriter ./internal/termsafe"
 	"FuzzLineDiff ./sandbox"
+	"FuzzParseGitConfig ./sandbox"
 )
 for t in "${fuzz_targets[@]}"; do
 	set -- $t

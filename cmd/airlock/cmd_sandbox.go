@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -35,9 +36,10 @@ type sandboxFlags struct {
 	pids                                                              int64
 	rawOutput                                                         bool
 	cpus                                                              float64
-	labels, env                                                       []string
+	labels, env, protect                                              []string
 	nofile, ptys, inodes                                              int64
 	disk                                                              string
+	allowAIO                                                          bool
 }
 
 func addSandboxCmd(root *cobra.Command) {
@@ -98,6 +100,8 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.Float64Var(&sf.cpus, "cpus", 0, "CPU limit in cores, e.g. 1.5")
 	fl.StringArrayVar(&sf.labels, "label", nil, "sandbox label K=V, seen by the policy as input.sandbox.labels (repeatable)")
 	fl.StringArrayVar(&sf.env, "env", nil, "environment variable K=V for the command (repeatable)")
+	fl.StringArrayVar(&sf.protect, "protect", nil, "workspace path (relative to it) that host tools run, read-only inside when it exists, besides sandbox.protected_paths or the default list and git's hooks and config (repeatable)")
+	fl.BoolVar(&sf.allowAIO, "allow-aio", false, "permit Linux AIO (io_setup) in the sandbox; refused by default: AIO contexts are machine-wide, with no per-sandbox limit")
 	fl.StringVar(&sf.backend, "backend", "", "native, docker or kubernetes (default native)")
 	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends)")
 	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
@@ -137,7 +141,19 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 			return fmt.Errorf("--id: %w", err)
 		}
 	}
-	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env}
+	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env,
+		AllowAIO: cfg.Sandbox.AllowAIO || sf.allowAIO, ProtectedPaths: cfg.Sandbox.ProtectedPaths}
+	if len(sf.protect) > 0 {
+		if o.ProtectedPaths == nil {
+			o.ProtectedPaths = sandbox.DefaultProtectedPaths
+		}
+		o.ProtectedPaths = append(slices.Clone(o.ProtectedPaths), sf.protect...)
+	}
+	for _, p := range sf.protect {
+		if err := sandbox.CheckProtectedPath(p); err != nil {
+			return fmt.Errorf("--protect: %w", err)
+		}
+	}
 	if cmd.Flags().Changed("timeout") {
 		o.Timeout = sf.timeout
 	}

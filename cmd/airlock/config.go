@@ -197,10 +197,7 @@ func (c *Config) Validate() error {
 	if err := c.validatePolicy(); err != nil {
 		return err
 	}
-	if err := c.Sandbox.Kubernetes.validate(); err != nil {
-		return err
-	}
-	if err := c.Sandbox.Docker.validate(); err != nil {
+	if err := c.Sandbox.validate(); err != nil {
 		return err
 	}
 	if err := c.Approvals.Validate(); err != nil {

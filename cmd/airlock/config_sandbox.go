@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"time"
+
+	"github.com/airlock-proxy/airlock/sandbox"
 )
 
 // SandboxConfig holds defaults for `airlock sandbox run`.
@@ -19,6 +21,14 @@ type SandboxConfig struct {
 	Ptys   int    `yaml:"ptys"`
 	Inodes int    `yaml:"inodes"`
 	Disk   string `yaml:"disk"`
+	// AllowAIO permits Linux AIO (io_setup and its family) in sandboxes; refused by
+	// default, since AIO contexts are machine-wide with no per-namespace limit.
+	AllowAIO bool `yaml:"allow_aio"`
+	// ProtectedPaths are workspace paths (relative to it) that host tools run or read as
+	// configuration, read-only inside a read-write or copy-on-write workspace when they
+	// exist at start; git's hooks and config always are. Unset: the default list
+	// (sandbox.DefaultProtectedPaths: .vscode, .idea, .envrc, ...); [] protects git's alone.
+	ProtectedPaths []string `yaml:"protected_paths"`
 	// Docker configures --backend docker.
 	Docker DockerConfig `yaml:"docker"`
 	// Kubernetes configures --backend kubernetes.
@@ -74,6 +84,18 @@ type KubernetesConfig struct {
 	RuntimeClass string `yaml:"runtime_class"`
 	// WorkspaceClaim is a PersistentVolumeClaim mounted at /workspace; optional.
 	WorkspaceClaim string `yaml:"workspace_claim"`
+}
+
+func (c SandboxConfig) validate() error {
+	for _, p := range c.ProtectedPaths {
+		if err := sandbox.CheckProtectedPath(p); err != nil {
+			return fmt.Errorf("sandbox.protected_paths: %w", err)
+		}
+	}
+	if err := c.Kubernetes.validate(); err != nil {
+		return err
+	}
+	return c.Docker.validate()
 }
 
 func (k KubernetesConfig) validate() error {

@@ -30,6 +30,8 @@ func TestConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"bad duration", "policy_options:\n  timeout: soon\n", ":2: "},
 		{"bad approvals timeout", "approvals:\n  store: \"mysql://x\"\n", "approvals.store"},
 		{"bad log level", "log:\n  level: loud\n", "log.level"},
+		{"protected path outside the workspace", "sandbox:\n  protected_paths: [.vscode, ../x]\n", "sandbox.protected_paths"},
+		{"absolute protected path", "sandbox:\n  protected_paths: [/etc/passwd]\n", "sandbox.protected_paths"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,6 +43,8 @@ func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 		{[]string{"--disk", "lots"}, "--disk"},
 		{[]string{"--disk", "1G", "--workspace", "."}, "a read-write workspace writes the host directory itself"},
 		{[]string{"--nofile", "1000000", "--pids", "1000"}, "quarter of the host's file table"},
+		{[]string{"--protect", "../outside"}, "--protect: \"../outside\": want a path inside the workspace"},
+		{[]string{"--protect", "/etc"}, "--protect"},
 	} {
 		root := newRoot()
 		args := append([]string{"sandbox", "run", "--config", cfg}, tt.flags...)

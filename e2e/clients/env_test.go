@@ -90,6 +90,7 @@ type env struct {
 	git       *gitServer
 	sb        *sandbox.Sandbox
 	workspace string
+	bundle    []byte // system roots and airlock's CA
 
 	mu   sync.Mutex
 	hits []string // "host method path" as upstreams received them
@@ -191,6 +192,7 @@ func newEnv(t *testing.T) *env {
 		t.Skip("no system CA bundle")
 	}
 	bundle := append(append(sys, '\n'), e.ca.CertPEM()...)
+	e.bundle = bundle
 	e.sb, err = sandbox.New(ctx, sandbox.Options{ID: "sbx-clients", Labels: map[string]string{"suite": "clients"},
 		Proxy: e.proxy, CABundle: bundle, Workspace: e.workspace, Timeout: 2 * time.Minute})
 	if err != nil {

@@ -33,10 +33,8 @@ type attempt struct {
 //     not the host's; the read-only root is checked below instead.
 //   - "other sandbox's workspace": each container sees only its own binds; covered by
 //     "host paths are not there".
-//   - "ptrace" / "ptrace a sibling": processes of one container may trace each other as
-//     on any host (Docker's seccomp allows ptrace); the boundary is the container, and
-//     tracing anything outside it is impossible without a shared pid namespace (checked
-//     by "host processes are invisible").
+//   - "ptrace" / "ptrace a sibling": refused by the shared seccomp allowlist, through every
+//     ABI: TestDockerSyscallBoundary.
 func attempts(h *e2etest.Host) []attempt {
 	a := []attempt{
 		{"tcp to host loopback IPv4", probe("tcp", "127.0.0.1:"+h.TCPPort), true},

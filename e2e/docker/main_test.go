@@ -35,7 +35,8 @@ import (
 
 const testImage = "airlock-sandbox-test:latest"
 
-// probeDir holds the static probe binary, bound read-only into sandboxes.
+// probeDir holds the static probe binaries (probe, sysprobe), bound read-only into
+// sandboxes.
 var probeDir string
 
 func TestMain(m *testing.M) {
@@ -63,11 +64,13 @@ func setup(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "probe"), "./probe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Printf("e2e/docker: build probe: %v\n%s", err, out)
-		return 1
+	for name, pkg := range map[string]string{"probe": "./probe", "sysprobe": "../sysprobe"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Printf("e2e/docker: build %s: %v\n%s", name, err, out)
+			return 1
+		}
 	}
 	probeDir = dir
 	return m.Run()

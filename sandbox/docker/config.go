@@ -2,6 +2,7 @@ package docker
 
 import (
 	"fmt"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +23,8 @@ type spec struct {
 	Config  *container.Config
 	Host    *container.HostConfig
 	Network string // network to create for ModeInternal; "" for none
+
+	Protections []sandbox.Protection // the workspace's, for the sweep at the end
 }
 
 // containerSpec turns validated sandbox options into the container's configuration.
@@ -55,7 +58,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 	host := &container.HostConfig{
 		NetworkMode:    container.NetworkMode("none"),
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + b.seccomp},
+		SecurityOpt:    []string{"no-new-privileges", b.seccompOpt(o.AllowAIO)},
 		ReadonlyRootfs: true,
 		Init:           &init,
 		IpcMode:        container.IPCModePrivate,
@@ -93,6 +96,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 		// the native backend has it, so that clients preferring IPv6 find it too.
 		host.Sysctls = map[string]string{"net.ipv6.conf.lo.disable_ipv6": "0"}
 	}
+	var protections []sandbox.Protection
 	if o.Workspace != "" {
 		if err := checkBind(o.Workspace); err != nil {
 			return spec{}, err
@@ -102,6 +106,21 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 			ReadOnly: o.WorkspaceMode == sandbox.WorkspaceRO,
 		})
 		cfg.WorkingDir = sandbox.WorkspaceDir
+		// What host tools run (git hooks and config, editor tasks...): bound onto
+		// themselves, read-only where marked (the daemon mounts parents first).
+		prots, err := sandbox.WorkspaceProtections(o)
+		if err != nil {
+			return spec{}, err
+		}
+		protections = prots
+		for _, p := range prots {
+			if p.Absent {
+				continue // nothing to bind: swept when the sandbox ends
+			}
+			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind,
+				Source: filepath.Join(o.Workspace, filepath.FromSlash(p.Path)),
+				Target: path.Join(sandbox.WorkspaceDir, p.Path), ReadOnly: p.ReadOnly})
+		}
 	}
 	for _, p := range o.ReadOnlyPaths {
 		if err := checkBind(p); err != nil {
@@ -118,7 +137,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 			Type: mount.TypeBind, Source: caFile, Target: sandbox.CABundlePath, ReadOnly: true,
 		})
 	}
-	return spec{Name: containerName(o.ID), Config: cfg, Host: host, Network: network}, nil
+	return spec{Name: containerName(o.ID), Config: cfg, Host: host, Network: network, Protections: protections}, nil
 }
 
 // user is the container's uid:gid for o.

@@ -2,7 +2,11 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,6 +200,84 @@ func TestOwnerGone(t *testing.T) {
 	for _, tt := range tests {
 		if got := ownerGone(tt.owner); got != tt.want {
 			t.Errorf("ownerGone(%q) = %v, want %v", tt.owner, got, tt.want)
+		}
+	}
+}
+
+// TestSpecSeccompProfile: the container's profile is the shared sandbox policy for this
+// architecture only, with AIO when the options allow it.
+func TestSpecSeccompProfile(t *testing.T) {
+	b := testBackend(t, Options{})
+	profile := func(o sandbox.Options) (p struct {
+		DefaultAction   string   `json:"defaultAction"`
+		DefaultErrnoRet int      `json:"defaultErrnoRet"`
+		Architectures   []string `json:"architectures"`
+		Syscalls        []struct {
+			Names  []string `json:"names"`
+			Action string   `json:"action"`
+		} `json:"syscalls"`
+	}) {
+		t.Helper()
+		sp, err := b.containerSpec(o, "", "", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt, ok := strings.CutPrefix(sp.Host.SecurityOpt[1], "seccomp=")
+		if !ok {
+			t.Fatalf("security options %v", sp.Host.SecurityOpt)
+		}
+		if err := json.Unmarshal([]byte(opt), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	aioAllowed := func(o sandbox.Options) bool {
+		for _, s := range profile(o).Syscalls {
+			if slices.Contains(s.Names, "io_setup") {
+				return s.Action == "SCMP_ACT_ALLOW"
+			}
+		}
+		return false
+	}
+	p := profile(sandbox.Options{ID: "x"})
+	native := map[string]string{"amd64": "SCMP_ARCH_X86_64", "arm64": "SCMP_ARCH_AARCH64"}[runtime.GOARCH]
+	if p.DefaultAction != "SCMP_ACT_ERRNO" || p.DefaultErrnoRet != 38 || !slices.Equal(p.Architectures, []string{native}) {
+		t.Errorf("profile %s/%d for %v, want an ENOSYS default for %s alone", p.DefaultAction, p.DefaultErrnoRet, p.Architectures, native)
+	}
+	if aioAllowed(sandbox.Options{ID: "x"}) || !aioAllowed(sandbox.Options{ID: "x", AllowAIO: true}) {
+		t.Error("io_setup: want refused by default and allowed with AllowAIO")
+	}
+}
+
+// TestSpecProtectsWorkspace: in a read-write workspace, git's hooks and config and the
+// protected paths are bound read-only over the workspace, the git directory onto itself.
+func TestSpecProtectsWorkspace(t *testing.T) {
+	b := testBackend(t, Options{})
+	ws := t.TempDir()
+	for _, d := range []string{".git/hooks", ".vscode"} {
+		if err := os.MkdirAll(filepath.Join(ws, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".git", "config"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []sandbox.WorkspaceMode{sandbox.WorkspaceRW, sandbox.WorkspaceRO} {
+		sp, err := b.containerSpec(sandbox.Options{ID: "x", Workspace: ws, WorkspaceMode: mode}, "", "", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range sp.Host.Mounts[1:] { // absent git files are not bound, only swept
+			got = append(got, fmt.Sprintf("%s %s %v", strings.TrimPrefix(m.Source, ws), m.Target, m.ReadOnly))
+		}
+		want := []string{"/.git /workspace/.git false", "/.vscode /workspace/.vscode true",
+			"/.git/config /workspace/.git/config true", "/.git/hooks /workspace/.git/hooks true"}
+		if mode == sandbox.WorkspaceRO {
+			want = nil // the whole workspace is read-only
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: mounts %q, want %q", mode, got, want)
 		}
 	}
 }

@@ -99,8 +99,8 @@ type Backend struct {
 	mode Mode
 	// local: airlock is root beside the daemon and sees container processes in /proc.
 	local   bool
-	seccomp string // the profile's JSON
-	owner   string // OwnerLabel value
+	seccomp [2]string // the profile's JSON, without and with AIO
+	owner   string    // OwnerLabel value
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -130,7 +130,7 @@ func New(o Options) (*Backend, error) {
 	o.Logger = o.Logger.With("component", "sandbox.docker")
 	b := &Backend{opts: o, cli: o.Client, owner: owner()}
 	var err error
-	if b.seccomp, err = seccompProfile(); err != nil {
+	if b.seccomp, err = seccompProfiles(); err != nil {
 		return nil, err
 	}
 	if b.cli == nil {

@@ -32,6 +32,7 @@ type instance struct {
 	proxyEnv  []string
 	detach    []func()
 	token     bool // a proxy credential was issued
+	protected []sandbox.Protection
 
 	mu        sync.Mutex
 	closed    bool
@@ -83,6 +84,7 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 	if err != nil {
 		return nil, err
 	}
+	in.protected = sp.Protections
 	created, err := b.cli.ContainerCreate(ctx, sp.Config, sp.Host, nil, nil, sp.Name)
 	if err != nil {
 		if errdefs.IsConflict(err) {
@@ -224,3 +226,6 @@ func unmountPts(dir string) error {
 
 // ContainerID is the sandbox's container id ("" before it was created).
 func (in *instance) ContainerID() string { return in.id }
+
+// Protections are the workspace's protections, for the sweep when the sandbox ends.
+func (in *instance) Protections() []sandbox.Protection { return in.protected }

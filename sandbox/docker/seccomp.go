@@ -3,42 +3,38 @@ package docker
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 
-	"github.com/moby/profiles/seccomp"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
+	"github.com/airlock-proxy/airlock/sandbox/seccomp"
 )
 
-// seccompProfile is Docker's default profile (the current one, whatever the daemon's age)
-// with socket() narrowed to the families the native backend allows: AF_UNIX, AF_INET and
-// AF_INET6. AF_VSOCK in particular is not confined by a network namespace (older daemons'
-// own default profile allows it); AF_NETLINK and AF_PACKET have no use in a sandbox.
-func seccompProfile() (string, error) {
-	p := seccomp.DefaultProfile()
-	var rules []*seccomp.Syscall
-	for _, s := range p.Syscalls {
-		if slices.Contains(s.Names, "socket") {
-			names := slices.DeleteFunc(slices.Clone(s.Names), func(n string) bool { return n == "socket" })
-			if len(names) == 0 {
-				continue
-			}
-			c := *s
-			c.Names = names
-			s = &c
-		}
-		rules = append(rules, s)
-	}
-	for _, fam := range []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6} {
-		rules = append(rules, &seccomp.Syscall{LinuxSyscall: specs.LinuxSyscall{
-			Names: []string{"socket"}, Action: specs.ActAllow,
-			Args: []specs.LinuxSeccompArg{{Index: 0, Value: fam, Op: specs.OpEqualTo}},
-		}})
-	}
-	p.Syscalls = rules
-	b, err := json.Marshal(p)
+// seccompProfiles are the sandbox policy (sandbox/seccomp, which the native backend
+// compiles too) rendered as Docker's seccomp profile JSON, without and with AIO: an
+// allowlist refusing every other call, for this build's architecture only, so that
+// libseccomp kills a call through any other ABI.
+func seccompProfiles() ([2]string, error) {
+	var out [2]string
+	a, err := seccomp.Native()
 	if err != nil {
-		return "", fmt.Errorf("seccomp profile: %w", err)
+		return out, err
 	}
-	return string(b), nil
+	for i, aio := range []bool{false, true} {
+		s, err := seccomp.Sandbox(seccomp.Options{AllowAIO: aio}).OCI(a)
+		if err != nil {
+			return out, fmt.Errorf("seccomp profile: %w", err)
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			return out, fmt.Errorf("seccomp profile: %w", err)
+		}
+		out[i] = string(b)
+	}
+	return out, nil
+}
+
+// seccompOpt is the security option that applies the profile.
+func (b *Backend) seccompOpt(allowAIO bool) string {
+	if allowAIO {
+		return "seccomp=" + b.seccomp[1]
+	}
+	return "seccomp=" + b.seccomp[0]
 }
