@@ -36,11 +36,12 @@ type Sink struct {
 	key   ed25519.PrivateKey
 	keyID string
 
-	mu       sync.Mutex
-	cond     sync.Cond // signalled when the writer role is released
-	pending  *batch    // events queued for the next write
-	writing  bool      // some goroutine holds the writer role
-	closed   bool
+	mu        sync.Mutex
+	cond      sync.Cond // signalled when the writer role is released to acquire
+	pending   *batch    // events queued for the next write
+	writing   bool      // some goroutine holds the writer role
+	acquirers int       // goroutines waiting in acquire
+	closed    bool
 	failed   error    // the last batch's first error; nil once one is written whole
 	written  uint64   // seq of the last line written
 	synced   uint64   // seq of the last line known to be fsynced
@@ -71,10 +72,17 @@ type position struct {
 }
 
 // batch is the events queued while the writer role was held; all get written together.
+// Its callers wait for done (closed once errs is set) or lead (the writer role handed to
+// one of them to write the batch), so that a write wakes only the callers it concerns.
 type batch struct {
 	bodies [][]byte // encoded events, in queue order
 	errs   []error  // set by the writer, one per body
-	done   bool
+	done   chan struct{}
+	lead   chan struct{}
+}
+
+func newBatch() *batch {
+	return &batch{done: make(chan struct{}), lead: make(chan struct{}, 1)}
 }
 
 // Open opens or creates the file at opts.Path and continues the chain found there (or in
@@ -118,14 +126,14 @@ func Open(opts Options) (*Sink, error) {
 }
 
 // Record appends one event and returns once its line is written (see Sink). The event is
-// sanitized first (Event.Sanitized); an empty Time or ID is filled in. In block mode a
+// sanitized first (as Event.Sanitized does); an empty Time or ID is filled in. In block mode a
 // failure to write is returned; in buffer mode the event is kept in memory until the file
 // works again, and an error is returned only once the buffer is full.
 func (s *Sink) Record(ctx context.Context, ev Event) error {
 	if ev.Kind == KindCheckpoint {
 		return fmt.Errorf("audit: event kind %q is reserved", KindCheckpoint)
 	}
-	ev = ev.Sanitized()
+	ev = ev.scrubbed() // encoded below, before Record returns: no copy of the maps needed
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
@@ -137,38 +145,41 @@ func (s *Sink) Record(ctx context.Context, ev Event) error {
 		return err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return ErrClosed
 	}
 	b := s.pending
 	if b == nil {
-		b = &batch{}
+		b = newBatch()
 		s.pending = b
 	}
 	i := len(b.bodies)
 	b.bodies = append(b.bodies, body)
-	for !b.done {
-		if s.writing {
-			s.cond.Wait()
-			continue
-		}
-		// The file is free and b was not taken (a batch is marked done before the writer
-		// role is released): write it.
+	lead := !s.writing
+	if lead {
 		s.pending, s.writing = nil, true
-		s.mu.Unlock()
-		s.commit(b)
-		s.mu.Lock()
-		b.done = true
-		s.failed = nil
-		for _, err := range b.errs {
-			if err != nil {
-				s.failed = err
-				break
-			}
-		}
-		s.releaseLocked()
 	}
+	s.mu.Unlock()
+	if !lead {
+		select {
+		case <-b.done:
+			return b.errs[i]
+		case <-b.lead: // the writer role, handed on with b already taken from pending
+		}
+	}
+	s.commit(b)
+	s.mu.Lock()
+	s.failed = nil
+	for _, err := range b.errs {
+		if err != nil {
+			s.failed = err
+			break
+		}
+	}
+	close(b.done)
+	s.releaseLocked()
+	s.mu.Unlock()
 	return b.errs[i]
 }
 
@@ -231,19 +242,22 @@ func (s *Sink) Close() error {
 	}
 	s.mu.Lock()
 	if b != nil {
-		b.done = true
+		close(b.done)
 	}
 	s.releaseLocked()
 	s.mu.Unlock()
 	return errors.Join(errs...)
 }
 
-// acquire takes the writer role for work other than a batch (ticks, Close).
+// acquire takes the writer role for work other than a batch (ticks, Close). A writer
+// releasing the role gives it to acquire before the next batch.
 func (s *Sink) acquire() {
 	s.mu.Lock()
+	s.acquirers++
 	for s.writing {
 		s.cond.Wait()
 	}
+	s.acquirers--
 	s.writing = true
 	s.mu.Unlock()
 }
@@ -255,7 +269,8 @@ func (s *Sink) release() {
 }
 
 // releaseLocked publishes what the writer did (written, fsynced), schedules a deferred
-// fsync when lines await one, and hands the writer role on.
+// fsync when lines await one, and hands the writer role on: to acquire if it waits, else
+// to a caller of the batch queued meanwhile.
 func (s *Sink) releaseLocked() {
 	s.written = s.ok.chain.seq
 	if s.syncW > s.synced {
@@ -271,8 +286,17 @@ func (s *Sink) releaseLocked() {
 		default:
 		}
 	}
-	s.writing = false
-	s.cond.Broadcast()
+	switch {
+	case s.acquirers > 0:
+		s.writing = false
+		s.cond.Broadcast()
+	case s.pending != nil:
+		next := s.pending
+		s.pending = nil
+		next.lead <- struct{}{} // one of its callers writes it; the role stays taken
+	default:
+		s.writing = false
+	}
 }
 
 // commit writes a batch (after what the buffer holds) and sets each event's outcome.
