@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"context"
 
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The forgeries below are what someone who can write the log files (but does not hold the
@@ -341,4 +343,79 @@ func TestVerifyFlagsDecisionsWithoutCompletion(t *testing.T) {
 	if !strings.Contains(out.String(), "1 decision record(s) without a completion") {
 		t.Errorf("report:\n%s", out.String())
 	}
+}
+
+// FuzzVerifySigned feeds verify with arbitrary changes to a valid signed log. Whatever the
+// bytes, it must not panic, and it may pass them only if their event lines are exactly the
+// original's first ones: the checkpoints' signatures pin every event line before them.
+func FuzzVerifySigned(f *testing.F) {
+	dir := f.TempDir()
+	keyFile := filepath.Join(dir, "audit.key")
+	// A fixed seed, so that the corpus stays meaningful from one run to the next.
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("5a", 32)), 0o600); err != nil {
+		f.Fatal(err)
+	}
+	pub, err := LoadPublicKey(keyFile)
+	if err != nil {
+		f.Fatal(err)
+	}
+	path := filepath.Join(dir, "audit.jsonl")
+	s, err := Open(Options{Path: path, SigningKeyFile: keyFile, CheckpointEvents: 3})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := range 7 {
+		ev := testEvent(i)
+		ev.ID, ev.Time = fmt.Sprintf("ev-%d", i), time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC)
+		ev.RequestID, ev.Stage = fmt.Sprintf("r%d", i/2), []Stage{StageDecision, StageCompletion}[i%2]
+		if err := s.Record(context.Background(), ev); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		f.Fatal(err)
+	}
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(orig)
+	lines := bytes.SplitAfter(orig, []byte("\n"))
+	f.Add(bytes.Join(withoutCheckpoints(lines[:len(lines)-1]), nil))
+	f.Add(bytes.Join(lines[:5], nil))
+	var origEvents [][]byte
+	for _, l := range lines {
+		if len(l) > 0 && !isCheckpoint(l) {
+			origEvents = append(origEvents, l)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(t.TempDir(), "audit.jsonl")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = Verify([]string{p}, nil)
+		r, err := Verify([]string{p}, pub)
+		if err != nil {
+			return
+		}
+		if r.UnsignedTail != 0 || r.Events > 0 && r.LastSignedSeq == 0 {
+			t.Fatalf("verified with an unsigned tail: %+v", r)
+		}
+		var got [][]byte
+		for _, l := range bytes.SplitAfter(data, []byte("\n")) {
+			var h lineHead
+			if len(l) > 0 && jsonUnmarshal(l, &h) == nil && h.Kind != KindCheckpoint {
+				got = append(got, l)
+			}
+		}
+		if len(got) > len(origEvents) {
+			t.Fatalf("verified %d event lines, the signed log has %d", len(got), len(origEvents))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], origEvents[i]) {
+				t.Fatalf("verified event line %d that is not the signed one:\n%s\nwant\n%s", i+1, got[i], origEvents[i])
+			}
+		}
+	})
 }

@@ -42,12 +42,12 @@ type Sink struct {
 	writing   bool      // some goroutine holds the writer role
 	acquirers int       // goroutines waiting in acquire
 	closed    bool
-	failed   error    // the last batch's first error; nil once one is written whole
-	written  uint64   // seq of the last line written
-	synced   uint64   // seq of the last line known to be fsynced
-	syncFile *os.File // the file that holds line `written`
-	armed    bool     // a deferred fsync is scheduled (group, interval)
-	syncErr  error    // a deferred fsync failed: batches fsync inline until one succeeds
+	failed    error    // the last batch's first error; nil once one is written whole
+	written   uint64   // seq of the last line written
+	synced    uint64   // seq of the last line known to be fsynced
+	syncFile  *os.File // the file that holds line `written`
+	armed     bool     // a deferred fsync is scheduled (group, interval)
+	syncErr   error    // a deferred fsync failed: batches fsync inline until one succeeds
 
 	// Owned by the goroutine holding the writer role.
 	f      *os.File // nil after a failure that needs the file reopened
