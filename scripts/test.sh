@@ -67,7 +67,8 @@ go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/
 say "fuzzing, briefly"
 for t in "FuzzNormalizeHost ./proxy" "FuzzNormalizePath ./proxy" "FuzzRequestInput ./proxy" \
 	"FuzzRemoveHopHeaders ./proxy" "FuzzScrub ./secrets" "FuzzRedactQuery ./audit" \
-	"FuzzParseInputJSON ./rego" "FuzzPreview ./approval" "FuzzVerifySigned ./audit"; do
+	"FuzzParseInputJSON ./rego" "FuzzPreview ./approval" "FuzzVerifySigned ./audit" \
+	"FuzzEventJSON ./audit"; do
 	set -- $t
 	# An execution count, not a duration: with a duration Go 1.26's fuzz coordinator can
 	# report "context deadline exceeded" at the deadline without any failing input
