@@ -351,3 +351,50 @@ func TestSignedLogOfForwardedRequestsVerifies(t *testing.T) {
 
 // waitABit paces a poll for something that happens when a connection closes.
 func waitABit() { time.Sleep(10 * time.Millisecond) }
+
+// countingAuditor passes records on and counts the completions accepted.
+type countingAuditor struct {
+	Auditor
+	completions atomic.Int64
+}
+
+func (c *countingAuditor) Record(ctx context.Context, ev audit.Event) error {
+	err := c.Auditor.Record(ctx, ev)
+	if err == nil && ev.Stage == audit.StageCompletion {
+		c.completions.Add(1)
+	}
+	return err
+}
+
+// on_failure: buffer forwards requests while their records fit in the bounded buffer (they
+// are lost if airlock stops before the log can be written again), then refuses.
+func TestBufferModeForwardsUntilTheBufferIsFull(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	sink, err := audit.Open(audit.Options{Path: "/dev/full", OnFailure: audit.OnFailureBuffer, BufferEvents: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &countingAuditor{Auditor: sink}
+	e := newEnv(t, func(o *Options) { o.Auditor = a })
+	up := newCountingUpstream(t, false)
+	c := e.client(nil)
+	for i, want := range []int{200, 200, 503, 503} { // two records per request, four fit
+		status, body := do(c, "GET", fmt.Sprintf("%s/allowed/%d", up.srv.URL, i), "")
+		if status != want {
+			t.Errorf("request %d: got %d %q, want %d", i, status, body, want)
+		}
+		// The completion is recorded as the response ends: wait for it before the next.
+		for j := 0; j < 200 && status == 200 && a.completions.Load() < int64(i+1); j++ {
+			waitABit()
+		}
+	}
+	if n := up.requests.Load(); n != 2 {
+		t.Errorf("the upstream received %d requests, want 2 (those whose records fit in the buffer)", n)
+	}
+	e.proxy.Shutdown(context.Background())
+	if err := sink.Close(); err == nil || !strings.Contains(err.Error(), "4 buffered events were not written") {
+		t.Errorf("Close: %v, want the 4 lost records reported", err)
+	}
+}
