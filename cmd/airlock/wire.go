@@ -304,14 +304,6 @@ func (f *auditFanout) Record(ctx context.Context, ev audit.Event) error {
 	return err
 }
 
-// Healthy reports a failing audit sink, so that the proxy refuses traffic (fail closed).
-func (f *auditFanout) Healthy() error {
-	if h, ok := f.sink.(interface{ Healthy() error }); ok {
-		return h.Healthy()
-	}
-	return nil
-}
-
 // decisionLogger also writes every decision in OPA's decision-log format.
 type decisionLogger struct {
 	proxy.Decider
