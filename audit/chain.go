@@ -157,7 +157,8 @@ func stateOf(path string) (chainState, bool, error) {
 	if err := json.Unmarshal(line, &h); err != nil || h.Seq == 0 {
 		return chainState{}, false, fmt.Errorf("audit log %s: last line is not an audit line (no seq); verify it and move it aside", path)
 	}
-	return chainState{seq: h.Seq, hash: lineHash(line), final: h.Kind == KindCheckpoint && h.Final}, true, nil
+	// A version 1 final checkpoint did not sign its flag: the next Close seals again.
+	return chainState{seq: h.Seq, hash: lineHash(line), final: h.Kind == KindCheckpoint && h.Final && h.V >= 2}, true, nil
 }
 
 // resumeState finds where the chain of path ends: its own last line, or when it is empty

@@ -169,3 +169,46 @@ func TestVerifyMissingFile(t *testing.T) {
 		t.Error("got nil for no files")
 	}
 }
+
+// Logs signed by an older airlock (version 1 checkpoints, whose final flag was not signed)
+// still verify, but do not count as sealed; the next Close seals them with a version 2
+// checkpoint.
+func TestVersion1CheckpointsVerifyButDoNotSeal(t *testing.T) {
+	keyFile, pub := testKey(t)
+	key, err := LoadSigningKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s := openSink(t, Options{Path: path, SigningKeyFile: keyFile, CheckpointEvents: 2})
+	record(t, s, 0, 4)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite the checkpoints as version 1 wrote them, keeping the chain as it would have been.
+	lines := readLines(t, path)
+	for i := range lines {
+		lines = rechain(t, lines, i, true)
+		if !isCheckpoint(lines[i]) {
+			continue
+		}
+		var h lineHead
+		if err := jsonUnmarshal(lines[i], &h); err != nil {
+			t.Fatal(err)
+		}
+		l := bytes.Replace(lines[i], []byte(`"v":2,`), nil, 1)
+		lines[i] = bytes.Replace(l, []byte(h.Sig), []byte(signCheckpoint(key, checkpointLine{Seq: h.Seq, Hash: h.Hash, V: 1})), 1)
+	}
+	writeLines(t, path, lines)
+	r, err := Verify([]string{path}, pub)
+	if err != nil || r.Sealed || r.UnsignedTail != 0 {
+		t.Fatalf("version 1 log: %v, sealed %v, tail %d; want verified, not sealed, no tail", err, r.Sealed, r.UnsignedTail)
+	}
+	s = openSink(t, Options{Path: path, SigningKeyFile: keyFile})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := VerifyFiles(VerifyOptions{Paths: []string{path}, PublicKey: pub, RequireSealed: true}); err != nil || !r.Sealed {
+		t.Errorf("after a Close by this version: %v, sealed %v", err, r.Sealed)
+	}
+}
