@@ -308,15 +308,16 @@ func (s *Sink) commit(b *batch) {
 			return
 		}
 	}
-	n, err := s.write(b.bodies)
-	if err == nil {
-		err = s.syncInline()
-		if err != nil {
-			n = 0 // written, but not durable as "always" promises: the callers must not go on
-		}
-	}
-	if err != nil {
+	if n, err := s.write(b.bodies); err != nil {
 		s.fail(b, n, err)
+		return
+	}
+	if err := s.syncInline(); err != nil {
+		// Written, but not durable as "always" promises: the callers must not go on. (Not
+		// buffered: the lines are in the file.)
+		for i := range b.errs {
+			b.errs[i] = err
+		}
 	}
 }
 
