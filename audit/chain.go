@@ -21,28 +21,40 @@ var Genesis = strings.Repeat("0", 64)
 
 // KindCheckpoint marks a signed checkpoint line:
 //
-//	{"seq":N,"prev":H,"kind":"checkpoint","time":T,"hash":H,"sig":S,"key_id":K,"final":true}
+//	{"seq":N,"prev":H,"kind":"checkpoint","v":2,"time":T,"hash":H,"sig":S,"key_id":K,"final":true}
 //
-// hash equals prev; sig is the base64 Ed25519 signature of
-// "airlock-audit-checkpoint-v1\n<seq>\n<hash>\n"; final is set on the checkpoint written by
-// Close and before a rotation, so a file that ends in one was closed cleanly.
+// hash equals prev, the hash of line N-1, which by the chain commits to every line before
+// the checkpoint; sig is the base64 Ed25519 signature of
+// "airlock-audit-checkpoint-v2\n<seq>\n<hash>\n<time>\n<final: 0 or 1>\n". final is set on
+// the checkpoint written by Close and before a rotation, so a file that ends in one was
+// closed cleanly; it is signed, so a log cut after a periodic checkpoint cannot be made to
+// look sealed. Version 1 checkpoints (no "v") signed "airlock-audit-checkpoint-v1\n<seq>\n<hash>\n"
+// and still verify, but their final flag is not signed and does not seal a log.
 const KindCheckpoint = "checkpoint"
+
+// checkpointVersion is the version the sink writes.
+const checkpointVersion = 2
 
 // lineHead is what the chain needs from any line.
 type lineHead struct {
-	Seq   uint64 `json:"seq"`
-	Prev  string `json:"prev"`
-	Kind  string `json:"kind"`
-	Hash  string `json:"hash"`
-	Sig   string `json:"sig"`
-	KeyID string `json:"key_id"`
-	Final bool   `json:"final"`
+	Seq       uint64 `json:"seq"`
+	Prev      string `json:"prev"`
+	Kind      string `json:"kind"`
+	V         int    `json:"v"`
+	Time      string `json:"time"`
+	Hash      string `json:"hash"`
+	Sig       string `json:"sig"`
+	KeyID     string `json:"key_id"`
+	Final     bool   `json:"final"`
+	Stage     Stage  `json:"stage"`
+	RequestID string `json:"request_id"`
 }
 
 type checkpointLine struct {
 	Seq   uint64 `json:"seq"`
 	Prev  string `json:"prev"`
 	Kind  string `json:"kind"`
+	V     int    `json:"v"`
 	Time  string `json:"time"`
 	Hash  string `json:"hash"`
 	Sig   string `json:"sig"`
@@ -55,28 +67,34 @@ func lineHash(line []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// eventLine builds the line for an event: seq and prev first, then the event's fields.
-func eventLine(seq uint64, prev string, ev Event) ([]byte, error) {
-	body, err := json.Marshal(ev)
+// eventBody encodes an event's fields as a JSON object. It needs no chain position, so
+// callers encode outside the sink's lock; appendLine puts seq and prev in front.
+func eventBody(ev Event) ([]byte, error) {
+	body, err := appendEventJSON(make([]byte, 0, 512), &ev)
 	if err != nil {
 		return nil, fmt.Errorf("encode audit event: %w", err)
 	}
-	var b bytes.Buffer
-	b.Grow(len(body) + 100)
-	b.WriteString(`{"seq":`)
-	b.WriteString(strconv.FormatUint(seq, 10))
-	b.WriteString(`,"prev":"`)
-	b.WriteString(prev)
-	b.WriteString(`",`)
-	b.Write(body[1:])
-	b.WriteByte('\n')
-	return b.Bytes(), nil
+	return body, nil
 }
 
-// chainState is where a chain stands: the last line's seq and hash.
+// appendLine appends the line for an encoded body at chain position (seq, prev): seq and
+// prev first, then the body's fields, then a newline.
+func appendLine(dst []byte, seq uint64, prev string, body []byte) []byte {
+	dst = append(dst, `{"seq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	dst = append(dst, `,"prev":"`...)
+	dst = append(dst, prev...)
+	dst = append(dst, `",`...)
+	dst = append(dst, body[1:]...)
+	return append(dst, '\n')
+}
+
+// chainState is where a chain stands: the last line's seq and hash, and whether it is a
+// final checkpoint (the file is sealed).
 type chainState struct {
-	seq  uint64
-	hash string
+	seq   uint64
+	hash  string
+	final bool
 }
 
 func (c chainState) next() (uint64, string) {
@@ -139,7 +157,8 @@ func stateOf(path string) (chainState, bool, error) {
 	if err := json.Unmarshal(line, &h); err != nil || h.Seq == 0 {
 		return chainState{}, false, fmt.Errorf("audit log %s: last line is not an audit line (no seq); verify it and move it aside", path)
 	}
-	return chainState{seq: h.Seq, hash: lineHash(line)}, true, nil
+	// A version 1 final checkpoint did not sign its flag: the next Close seals again.
+	return chainState{seq: h.Seq, hash: lineHash(line), final: h.Kind == KindCheckpoint && h.Final && h.V >= 2}, true, nil
 }
 
 // resumeState finds where the chain of path ends: its own last line, or when it is empty

@@ -65,7 +65,7 @@ func (d *DecisionLog) RecordDecision(ctx context.Context, dec Decision) error {
 	e := opaEntry{Labels: d.labels, DecisionID: dec.DecisionID, Path: dec.Path, Input: in,
 		Result: dec.Result, Masked: masked, Timestamp: dec.Timestamp.UTC().Format(time.RFC3339Nano)}
 	if e.DecisionID == "" {
-		e.DecisionID = newID()
+		e.DecisionID = NewID()
 	}
 	if e.Path == "" {
 		e.Path = "airlock/decision"

@@ -3,11 +3,31 @@ package audit
 
 import "time"
 
+// Stage says which of a forwarded request's two records a line is. A request that airlock
+// forwards (to an upstream, or as a tunnel) has a decision record, appended before anything
+// is sent, and a completion record after, with the same RequestID. A request refused before
+// anything was sent has one record, without a stage; so have lifecycle events and an
+// intercepted CONNECT (which forwards nothing itself: each request inside it is recorded).
+type Stage string
+
+const (
+	// StageDecision is appended before the request is forwarded: the policy's (or the
+	// approver's) decision and what will be sent (credentials by name). Nothing is forwarded
+	// unless this record was written.
+	StageDecision Stage = "decision"
+	// StageCompletion follows once the exchange ends: status, bytes, duration, and the error
+	// class and rule when it failed (a dial refused by the guard, an upstream error). It
+	// repeats the decision record's fields, so it alone says what was asked and what happened.
+	StageCompletion Stage = "completion"
+)
+
 // Event is one audit record. Field names are shared with span attributes and metrics.
 // It never holds a secret value: credentials appear by name only.
 type Event struct {
 	Time       time.Time         `json:"time"`
-	ID         string            `json:"id"`
+	ID         string            `json:"id"`                   // unique per record
+	RequestID  string            `json:"request_id,omitempty"` // shared by a request's records
+	Stage      Stage             `json:"stage,omitempty"`
 	Kind       string            `json:"kind"` // "request", "connect", "sandbox.start", "sandbox.end"
 	SandboxID  string            `json:"sandbox"`
 	Labels     map[string]string `json:"labels,omitempty"`

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// openFileLocked opens the live file for appending. A file that ends mid-line is refused.
-func (s *Sink) openFileLocked() error {
+// openFile opens the live file for appending. A file that ends mid-line is refused.
+func (s *Sink) openFile() error {
 	if _, _, err := stateOf(s.opts.Path); err != nil {
 		return err
 	}
@@ -29,14 +29,11 @@ func (s *Sink) openFileLocked() error {
 	return nil
 }
 
-// rotateLocked seals the live file with a final checkpoint (when signing), renames it to
-// Path.<UTC timestamp> and starts a new one. The chain continues into the new file.
-func (s *Sink) rotateLocked() error {
-	if s.key != nil {
-		if err := s.writeRawLocked(s.checkpointLine(true)); err != nil {
-			return fmt.Errorf("seal audit log before rotation: %w", err)
-		}
-		s.sinceCP, s.lastCP = 0, time.Now()
+// rotate seals the live file with a final checkpoint (when signing), fsyncs it, renames it
+// to Path.<UTC timestamp> and starts a new one. The chain continues into the new file.
+func (s *Sink) rotate() error {
+	if err := s.seal(); err != nil {
+		return fmt.Errorf("seal audit log before rotation: %w", err)
 	}
 	err := s.f.Sync()
 	err = errors.Join(err, s.f.Close())
@@ -44,6 +41,7 @@ func (s *Sink) rotateLocked() error {
 	if err != nil {
 		return fmt.Errorf("rotate audit log: %w", err)
 	}
+	s.syncW = s.ok.chain.seq
 	dst := s.opts.Path + "." + time.Now().UTC().Format("20060102T150405.000000000Z")
 	for i := 1; fileExists(dst); i++ {
 		dst = fmt.Sprintf("%s.%s-%d", s.opts.Path, time.Now().UTC().Format("20060102T150405.000000000Z"), i)
@@ -51,11 +49,11 @@ func (s *Sink) rotateLocked() error {
 	if err := os.Rename(s.opts.Path, dst); err != nil {
 		return fmt.Errorf("rotate audit log: %w", err)
 	}
-	if err := s.openFileLocked(); err != nil {
+	if err := s.openFile(); err != nil {
 		return err
 	}
 	syncDir(filepath.Dir(s.opts.Path))
-	s.log.Info("audit log rotated", "to", dst, "seq", s.chain.seq)
+	s.log.Info("audit log rotated", "to", dst, "seq", s.ok.chain.seq)
 	return nil
 }
 
@@ -71,15 +69,83 @@ func syncDir(dir string) {
 	}
 }
 
+// syncWindow is how long a written line may wait for its fsync: 0 when Record fsyncs
+// itself (always) or never does.
+func (s *Sink) syncWindow() time.Duration {
+	switch s.opts.Fsync {
+	case FsyncGroup:
+		return s.opts.GroupWindow
+	case FsyncInterval:
+		return s.opts.FsyncInterval
+	}
+	return 0
+}
+
+// syncLoop is the deferred fsync (group, interval): woken by the first line written while
+// no fsync is scheduled, it waits the window, so that the lines written meanwhile share one
+// fsync, and fsyncs. A line is thus fsynced at most window after it is written, plus the
+// time fsync takes (and, for a line written while one runs, the rest of that one).
+func (s *Sink) syncLoop(window time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTimer(window)
+	t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return // Close fsyncs
+		case <-s.kick:
+		}
+		t.Reset(window)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		s.syncNow()
+	}
+}
+
+// syncNow fsyncs the lines written so far. It does not take the writer role: writes go on
+// meanwhile (fsync covers the whole file, whichever descriptor asks). Lines written while
+// it runs get the next fsync scheduled as it ends, so that at any time every written line
+// is fsynced or has an fsync scheduled (armed).
+func (s *Sink) syncNow() {
+	s.mu.Lock()
+	f, upto := s.syncFile, s.written
+	s.mu.Unlock()
+	var err error
+	if f != nil && upto > 0 {
+		err = f.Sync()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case errors.Is(err, os.ErrClosed) && s.syncFile != f:
+		// Rotated meanwhile: the old file was fsynced before it was closed.
+	case err != nil:
+		s.syncErr = err
+		s.failed = fmt.Errorf("fsync audit log: %w", err)
+		s.log.Error("audit fsync failed; fsyncing every write until one succeeds", "err", err)
+	default:
+		s.synced, s.syncErr = max(s.synced, upto), nil
+	}
+	s.armed = false
+	if s.written > s.synced && s.syncErr == nil {
+		s.armed = true
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
 func (s *Sink) tickEvery() time.Duration {
 	var d time.Duration
 	pick := func(x time.Duration) {
 		if x > 0 && (d == 0 || x < d) {
 			d = x
 		}
-	}
-	if s.opts.Fsync == FsyncInterval {
-		pick(s.opts.FsyncInterval)
 	}
 	if s.key != nil {
 		pick(s.opts.CheckpointInterval)
@@ -90,9 +156,9 @@ func (s *Sink) tickEvery() time.Duration {
 	return d
 }
 
-// loop syncs (Fsync "interval"), writes time-based checkpoints and retries the buffer.
+// loop writes time-based checkpoints and retries the buffer.
 func (s *Sink) loop(every time.Duration) {
-	defer close(s.done)
+	defer s.wg.Done()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -106,29 +172,36 @@ func (s *Sink) loop(every time.Duration) {
 }
 
 func (s *Sink) tick() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.acquire()
+	defer s.release()
 	if len(s.buf) > 0 {
-		if err := s.flushLocked(); err != nil {
+		if err := s.flushBuffer(); err != nil {
 			return
 		}
 	}
-	if s.key != nil && s.opts.CheckpointInterval > 0 && s.sinceCP > 0 && time.Since(s.lastCP) >= s.opts.CheckpointInterval {
-		if err := s.checkpointLocked(); err != nil {
+	if s.key == nil || s.opts.CheckpointInterval <= 0 || s.at.sinceCP == 0 || time.Since(s.at.lastCP) < s.opts.CheckpointInterval {
+		return
+	}
+	if s.f == nil {
+		if err := s.openFile(); err != nil {
 			s.log.Error("audit checkpoint failed", "err", err)
-		}
-	}
-	if s.dirty && s.f != nil {
-		if err := s.f.Sync(); err != nil {
-			s.log.Error("audit fsync failed", "err", err)
 			return
 		}
-		s.dirty = false
+	}
+	_, err := s.putCheckpoint()
+	if err == nil {
+		err = s.flush()
+	}
+	if err == nil {
+		err = s.syncInline()
+	}
+	if err != nil {
+		s.log.Error("audit checkpoint failed", "err", err)
 	}
 }
 
-func signCheckpoint(key ed25519.PrivateKey, seq uint64, hash string) string {
-	return base64.StdEncoding.EncodeToString(ed25519.Sign(key, checkpointMessage(seq, hash)))
+func signCheckpoint(key ed25519.PrivateKey, c checkpointLine) string {
+	return base64.StdEncoding.EncodeToString(ed25519.Sign(key, checkpointMessage(c)))
 }
 
 func marshalCheckpoint(c checkpointLine) []byte {

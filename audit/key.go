@@ -15,13 +15,23 @@ import (
 	"strconv"
 )
 
-// checkpointDomain separates checkpoint signatures from any other use of the key.
-const checkpointDomain = "airlock-audit-checkpoint-v1"
+// checkpointDomain separates checkpoint signatures from any other use of the key; its
+// version suffix is the checkpoint's "v" (1 when absent).
+const checkpointDomain = "airlock-audit-checkpoint-v"
 
 // checkpointMessage is what a checkpoint's signature covers: its own sequence number and
-// the hash of the line before it, which by the chain commits to every earlier line.
-func checkpointMessage(seq uint64, hash string) []byte {
-	return []byte(checkpointDomain + "\n" + strconv.FormatUint(seq, 10) + "\n" + hash + "\n")
+// the hash of the line before it, which by the chain commits to every earlier line, and
+// from version 2 on its time and whether it is final (seals the file).
+func checkpointMessage(c checkpointLine) []byte {
+	if c.V < 2 {
+		return []byte(checkpointDomain + "1\n" + strconv.FormatUint(c.Seq, 10) + "\n" + c.Hash + "\n")
+	}
+	final := "0"
+	if c.Final {
+		final = "1"
+	}
+	return []byte(checkpointDomain + strconv.Itoa(c.V) + "\n" + strconv.FormatUint(c.Seq, 10) + "\n" + c.Hash + "\n" +
+		c.Time + "\n" + final + "\n")
 }
 
 // KeyID names a public key in checkpoint lines: the first 8 bytes of its SHA-256, in hex.

@@ -61,13 +61,7 @@ var errorClassRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 // free-text fields are bounded, and the labels map is copied. The sink applies it to every
 // event it writes.
 func (ev Event) Sanitized() Event {
-	ev.Query = RedactQuery(ev.Query)
-	if ev.ErrorClass != "" && !errorClassRE.MatchString(ev.ErrorClass) {
-		ev.ErrorClass = "invalid"
-	}
-	ev.Path = bound(ev.Path, 2048)
-	ev.Reason = bound(ev.Reason, 1024)
-	ev.Rule = bound(ev.Rule, 256)
+	ev = ev.scrubbed()
 	if ev.Labels != nil {
 		l := make(map[string]string, len(ev.Labels))
 		for k, v := range ev.Labels {
@@ -78,6 +72,19 @@ func (ev Event) Sanitized() Event {
 	if ev.Creds != nil {
 		ev.Creds = append([]string(nil), ev.Creds...)
 	}
+	return ev
+}
+
+// scrubbed is Sanitized without copying the labels and credentials, for an event that is
+// encoded at once (the sink's Record).
+func (ev Event) scrubbed() Event {
+	ev.Query = RedactQuery(ev.Query)
+	if ev.ErrorClass != "" && !errorClassRE.MatchString(ev.ErrorClass) {
+		ev.ErrorClass = "invalid"
+	}
+	ev.Path = bound(ev.Path, 2048)
+	ev.Reason = bound(ev.Reason, 1024)
+	ev.Rule = bound(ev.Rule, 256)
 	return ev
 }
 

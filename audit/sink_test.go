@@ -210,9 +210,9 @@ func TestRecoversAfterWriteFailure(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "a.jsonl")
 			s := openSink(t, Options{Path: path, SigningKeyFile: keyFile, OnFailure: mode})
 			record(t, s, 0, 2)
-			s.mu.Lock()
+			s.acquire()
 			_ = s.f.Close() // the next write fails with "file already closed"
-			s.mu.Unlock()
+			s.release()
 			err := s.Record(context.Background(), testEvent(2))
 			if mode == OnFailureBlock && !errors.Is(err, os.ErrClosed) {
 				t.Fatalf("got %v, want ErrClosed", err)
@@ -260,9 +260,9 @@ func TestHealthyFollowsWriteFailureAndRecovery(t *testing.T) {
 	if err := s.Healthy(); err != nil {
 		t.Fatalf("healthy sink: %v", err)
 	}
-	s.mu.Lock()
+	s.acquire()
 	_ = s.f.Close()
-	s.mu.Unlock()
+	s.release()
 	if err := s.Record(context.Background(), testEvent(1)); err == nil {
 		t.Fatal("write on a closed file succeeded")
 	}

@@ -98,22 +98,38 @@ func forgeSig(t *testing.T, line []byte) []byte {
 	if err := jsonUnmarshal(line, &h); err != nil {
 		t.Fatal(err)
 	}
-	return bytes.Replace(line, []byte(h.Sig), []byte(signCheckpoint(other, h.Seq, h.Hash)), 1)
+	c := checkpointLine{Seq: h.Seq, Hash: h.Hash, V: h.V, Time: h.Time, Final: h.Final}
+	return bytes.Replace(line, []byte(h.Sig), []byte(signCheckpoint(other, c)), 1)
 }
 
+// A cut at a line boundary after the last checkpoint leaves event lines that no signature
+// covers: with the key that is a break naming exactly those lines; without it, the chain
+// alone cannot tell, and the report says the log is unsigned.
 func TestVerifyTruncatedAtLineBoundary(t *testing.T) {
-	path, pub := writeLog(t, 10, Options{CheckpointEvents: -1})
+	path, pub := writeLog(t, 10, Options{CheckpointEvents: 4})
 	lines := readLines(t, path)
-	writeLines(t, path, lines[:5])
-	if _, err := Verify([]string{path}, pub); err != nil {
-		t.Fatalf("without RequireSealed a cut at a line boundary is not a break: got %v", err)
-	}
-	r, err := VerifyFiles(VerifyOptions{Paths: []string{path}, PublicKey: pub, RequireSealed: true})
+	writeLines(t, path, lines[:8]) // events 1-4, checkpoint (seq 5), events 5-7 (seq 6-8)
+	r, err := Verify([]string{path}, pub)
 	if !errors.Is(err, ErrBroken) || r.Sealed {
 		t.Fatalf("got err %v sealed %v, want ErrBroken and not sealed", err, r.Sealed)
 	}
-	if r.Breaks[0].Line != 5 {
-		t.Errorf("got break at line %d, want 5", r.Breaks[0].Line)
+	b := r.Breaks[0]
+	if b.Line != 6 || b.Seq != 6 || r.UnsignedTail != 3 || r.LastSignedSeq != 5 ||
+		!strings.Contains(b.Problem, "3 event line(s) from here to the end") || !strings.Contains(b.Problem, ":8, seq 8)") {
+		t.Errorf("got break %+v tail %d last signed %d, want line 6 seq 6 naming the 3 lines to :8 seq 8 after seq 5", b, r.UnsignedTail, r.LastSignedSeq)
+	}
+	r, err = Verify([]string{path}, nil)
+	if err != nil {
+		t.Fatalf("without a key a cut at a line boundary is not visible: got %v", err)
+	}
+	var out bytes.Buffer
+	r.WriteTo(&out)
+	if !strings.Contains(out.String(), "UNSIGNED") || strings.Contains(out.String(), "signed to the end") {
+		t.Errorf("report without a key must say the log is unsigned:\n%s", out.String())
+	}
+	r, err = VerifyFiles(VerifyOptions{Paths: []string{path}, RequireSealed: true})
+	if !errors.Is(err, ErrBroken) || r.Breaks[0].Line != 8 {
+		t.Errorf("RequireSealed: got %v (%+v), want a break at line 8", err, r.Breaks)
 	}
 }
 
@@ -151,5 +167,48 @@ func TestVerifyMissingFile(t *testing.T) {
 	}
 	if _, err := Verify(nil, nil); err == nil {
 		t.Error("got nil for no files")
+	}
+}
+
+// Logs signed by an older airlock (version 1 checkpoints, whose final flag was not signed)
+// still verify, but do not count as sealed; the next Close seals them with a version 2
+// checkpoint.
+func TestVersion1CheckpointsVerifyButDoNotSeal(t *testing.T) {
+	keyFile, pub := testKey(t)
+	key, err := LoadSigningKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	s := openSink(t, Options{Path: path, SigningKeyFile: keyFile, CheckpointEvents: 2})
+	record(t, s, 0, 4)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite the checkpoints as version 1 wrote them, keeping the chain as it would have been.
+	lines := readLines(t, path)
+	for i := range lines {
+		lines = rechain(t, lines, i, true)
+		if !isCheckpoint(lines[i]) {
+			continue
+		}
+		var h lineHead
+		if err := jsonUnmarshal(lines[i], &h); err != nil {
+			t.Fatal(err)
+		}
+		l := bytes.Replace(lines[i], []byte(`"v":2,`), nil, 1)
+		lines[i] = bytes.Replace(l, []byte(h.Sig), []byte(signCheckpoint(key, checkpointLine{Seq: h.Seq, Hash: h.Hash, V: 1})), 1)
+	}
+	writeLines(t, path, lines)
+	r, err := Verify([]string{path}, pub)
+	if err != nil || r.Sealed || r.UnsignedTail != 0 {
+		t.Fatalf("version 1 log: %v, sealed %v, tail %d; want verified, not sealed, no tail", err, r.Sealed, r.UnsignedTail)
+	}
+	s = openSink(t, Options{Path: path, SigningKeyFile: keyFile})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := VerifyFiles(VerifyOptions{Paths: []string{path}, PublicKey: pub, RequireSealed: true}); err != nil || !r.Sealed {
+		t.Errorf("after a Close by this version: %v, sealed %v", err, r.Sealed)
 	}
 }

@@ -3,13 +3,14 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/proxy"
@@ -127,27 +128,40 @@ func BenchmarkScrubResponse(b *testing.B) {
 	}
 }
 
-// BenchmarkAuditRecord is one audit event appended to the hash-chained log, per fsync policy.
+// BenchmarkAuditRecord is one audit event appended to the hash-chained log, per fsync
+// policy, from one goroutine and from 64 at once (whose events are group-committed).
 func BenchmarkAuditRecord(b *testing.B) {
-	for _, fsync := range []string{audit.FsyncNever, audit.FsyncInterval, audit.FsyncAlways} {
-		b.Run(fsync, func(b *testing.B) {
-			s, err := audit.Open(audit.Options{Path: filepath.Join(b.TempDir(), "audit.jsonl"), Fsync: fsync})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = s.Close() })
-			ev := audit.Event{Kind: "request", SandboxID: "sbx-bench", Labels: map[string]string{"tenant": "acme"},
-				Method: "GET", Scheme: "https", Host: "pypi.org", Port: 443, Path: "/simple/requests/",
-				Decision: "allow", Rule: "registries.read", Reason: "reading from the PyPI package registry pypi.org is allowed",
-				Status: 200, BytesOut: 20, DurationMS: 0.4}
-			b.ReportAllocs()
-			for b.Loop() {
-				ev.Time = time.Time{}
-				ev.ID = ""
-				if err := s.Record(context.Background(), ev); err != nil {
+	for _, fsync := range []string{audit.FsyncNever, audit.FsyncGroup, audit.FsyncInterval, audit.FsyncAlways} {
+		for _, par := range []int{1, 64} {
+			b.Run(fmt.Sprintf("%s/c=%d", fsync, par), func(b *testing.B) {
+				s, err := audit.Open(audit.Options{Path: filepath.Join(b.TempDir(), "audit.jsonl"), Fsync: fsync})
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-		})
+				b.Cleanup(func() { _ = s.Close() })
+				ev := audit.Event{Kind: "request", SandboxID: "sbx-bench", Labels: map[string]string{"tenant": "acme"},
+					Method: "GET", Scheme: "https", Host: "pypi.org", Port: 443, Path: "/simple/requests/",
+					Decision: "allow", Rule: "registries.read", Reason: "reading from the PyPI package registry pypi.org is allowed",
+					Status: 200, BytesOut: 20, DurationMS: 0.4}
+				b.ReportAllocs()
+				if par == 1 {
+					for b.Loop() {
+						if err := s.Record(context.Background(), ev); err != nil {
+							b.Fatal(err)
+						}
+					}
+					return
+				}
+				b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := s.Record(context.Background(), ev); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
 	}
 }

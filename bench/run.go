@@ -25,7 +25,7 @@ type Options struct {
 	Concurrency []int         // default {1, 64}
 	Rows        []Row         // default DefaultRows()
 	Filter      *regexp.Regexp
-	AuditFsync  string // airlock's audit fsync: always, interval (default, as deploy/airlock.yaml), never, off
+	AuditFsync  string // airlock's audit fsync: group (default, as airlock's own default), always, interval, never, off
 	Airlock     string // prebuilt airlock binary; "" builds ./cmd/airlock
 	NoInstall   bool   // do not go install smokescreen
 
@@ -56,7 +56,7 @@ func (o *Options) setDefaults() {
 		o.Rows = DefaultRows()
 	}
 	if o.AuditFsync == "" {
-		o.AuditFsync = "interval"
+		o.AuditFsync = "group"
 	}
 	if o.ProfileRow == "" {
 		o.ProfileRow = PeerAirlockPolicy + "/" + HTTPSmall.ID
@@ -100,9 +100,9 @@ type Report struct {
 func Run(ctx context.Context, o Options) (*Report, error) {
 	o.setDefaults()
 	switch o.AuditFsync {
-	case "always", "interval", "never", "off":
+	case "group", "always", "interval", "never", "off":
 	default:
-		return nil, fmt.Errorf("audit fsync %q: want always, interval, never or off", o.AuditFsync)
+		return nil, fmt.Errorf("audit fsync %q: want group, always, interval, never or off", o.AuditFsync)
 	}
 	rep := &Report{Options: o, Started: time.Now(), Machine: ReadMachine()}
 	dir := o.WorkDir

@@ -39,6 +39,8 @@ type reqState struct {
 	// reflects: the destination may echo the credentials (unless the rule said
 	// "reflects": false); upgrade: the rule allows an Upgrade with credentials.
 	reflects, upgrade bool
+	// recorded: the decision record is written (recordDecision); nothing is forwarded before.
+	recorded bool
 }
 
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -69,6 +71,7 @@ func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity
 	st := &reqState{start: time.Now(), id: id}
 	st.ctx, st.end = p.opts.Telemetry.RequestStarted(ctx, r)
 	st.ev = audit.Event{
+		RequestID: audit.NewID(),
 		Kind:      "request",
 		SandboxID: id.ID,
 		Labels:    id.Labels,
@@ -143,16 +146,19 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 	} else {
 		st.ev.Decision = string(dec.Action)
 	}
-	if err := p.auditHealthy(); err != nil {
-		return reject(auditUnavailable())
-	}
 	target := joinHostPort(h, port)
 	if dec.Tunnel && !dec.Denies() {
+		// dialTunnel writes the decision record before dialling, the completion at the end.
 		st.ev.Decision = "tunnel"
-		p.finish(r.Context(), st)
+		ctx.Req = r.WithContext(context.WithValue(r.Context(), tunnelStateKey{}, st))
 		return &goproxy.ConnectAction{Action: goproxy.ConnectAccept}, target
 	}
-	p.finish(r.Context(), st)
+	// Intercepted: the CONNECT's one record is written before the tunnel is accepted.
+	if err := p.finish(r.Context(), st); err != nil {
+		f := auditUnavailable()
+		ctx.Resp = f.response(r)
+		return goproxy.RejectConnect, host
+	}
 	conn, _ := r.Context().Value(connKey).(net.Conn)
 	ctx.UserData = &tunnel{conn: conn, id: id, host: h, port: port, rule: dec.Rule}
 	return &goproxy.ConnectAction{Action: goproxy.ConnectMitm, TLSConfig: p.mitmTLS(h)}, target
@@ -180,14 +186,6 @@ func tooMany() refusal {
 func auditUnavailable() refusal {
 	return refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "audit.unavailable",
 		reason: "the audit log cannot be written, so nothing is let through; tell the operator", class: "audit"}
-}
-
-// auditHealthy reports a failing audit sink before anything is sent (fail closed).
-func (p *Proxy) auditHealthy() error {
-	if h, ok := p.opts.Auditor.(interface{ Healthy() error }); ok {
-		return h.Healthy()
-	}
-	return nil
 }
 
 func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
@@ -258,9 +256,6 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		creds = dec.Credentials
 	default:
 		creds = dec.Credentials
-	}
-	if err := p.auditHealthy(); err != nil {
-		return refuse(auditUnavailable())
 	}
 	st.creds = creds
 	st.reflects, st.upgrade = dec.MayReflect(), dec.Upgrade
@@ -361,10 +356,11 @@ func (p *Proxy) finishRefusal(ctx context.Context, st *reqState, f refusal) {
 	p.finish(ctx, st)
 }
 
-// finish records the request's one audit event and ends its span.
-func (p *Proxy) finish(ctx context.Context, st *reqState) {
+// finish records the request's last audit record (its completion, or its only record) and
+// ends its span. The error is the record's: it refuses an intercepted CONNECT.
+func (p *Proxy) finish(ctx context.Context, st *reqState) error {
 	if st.done {
-		return
+		return nil
 	}
 	st.done = true
 	st.ev.Time = st.start.UTC()
@@ -373,8 +369,10 @@ func (p *Proxy) finish(ctx context.Context, st *reqState) {
 	if p.opts.Auditor != nil {
 		if err := p.opts.Auditor.Record(ctx, st.ev); err != nil {
 			p.log.Error("audit record failed", "err", err, "sandbox", st.ev.SandboxID)
+			return err
 		}
 	}
+	return nil
 }
 
 var errNoApprover = errors.New("no approver configured")

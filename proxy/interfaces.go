@@ -29,13 +29,12 @@ type Approver interface {
 	Hold(ctx context.Context, r approval.Request) (approval.Result, error)
 }
 
-// Auditor records one event per decision. An error refuses the request when the sink is
-// configured to block.
+// Auditor records audit events: a forwarded request's decision (before it is sent) and its
+// completion, and each refusal (see record.go). Record returns once the event is recorded
+// as the sink promises (*audit.Sink: written to its file); an error for a decision record
+// refuses the request with 503 (audit.unavailable), so nothing passes unaudited.
 type Auditor interface {
 	Record(ctx context.Context, ev audit.Event) error
 }
 
-// An Auditor that also has `Healthy() error` (as *audit.Sink does) is asked before each
-// request is let through: while it reports an error, requests are refused with 503
-// (audit.unavailable), so nothing passes unaudited.
-var _ interface{ Healthy() error } = (*audit.Sink)(nil)
+var _ Auditor = (*audit.Sink)(nil)

@@ -253,9 +253,8 @@ func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 	gp.Logger = slogPrintf{p.log}
 	gp.Tr = p.tr
 	gp.ConnectDial = nil // never chain to an HTTPS_PROXY from our own environment
-	gp.ConnectDialWithReq = func(req *http.Request, network, addr string) (net.Conn, error) {
-		return p.guard.DialContext(req.Context(), network, addr)
-	}
+	// The only dial of a tunnel CONNECT: it writes the decision record first (record.go).
+	gp.ConnectDialWithReq = p.dialTunnel
 	gp.CertStore = nil
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f := refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol",

@@ -451,9 +451,8 @@ func TestFailingAuditLogRefusesTraffic(t *testing.T) {
 	defer sink.Close()
 	e := newEnv(t, func(o *Options) { o.Auditor = sink })
 	c := e.client(nil)
-	// The first request's event cannot be written; from then on nothing goes through.
-	get(t, c, "GET", e.http.URL+"/allowed/1", "")
-	for _, u := range []string{e.http.URL + "/allowed/2", e.https.URL + "/allowed/3"} {
+	// No request's decision record can be written: nothing goes through, the first included.
+	for _, u := range []string{e.http.URL + "/allowed/1", e.http.URL + "/allowed/2", e.https.URL + "/allowed/3"} {
 		resp, err := c.Get(u)
 		if err != nil {
 			if !strings.Contains(err.Error(), "Service Unavailable") {
@@ -466,13 +465,6 @@ func TestFailingAuditLogRefusesTraffic(t *testing.T) {
 		if resp.StatusCode != 503 || resp.Header.Get("X-Airlock-Rule") != "audit.unavailable" {
 			t.Errorf("%s with a failing audit log: %d %q, want 503 audit.unavailable", u, resp.StatusCode, body)
 		}
-	}
-	select {
-	case r := <-e.upstream:
-		if r.URL.Path != "/allowed/1" {
-			t.Errorf("upstream received %s after the audit log failed", r.URL.Path)
-		}
-	default:
 	}
 	for {
 		select {

@@ -121,6 +121,9 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 		p.finishRefusal(req.Context(), st, f)
 		return f.response(req), nil
 	}
+	if err := p.recordDecision(st); err != nil {
+		return fail(auditUnavailable()) // nothing is sent unless its decision is on record
+	}
 	removeHopHeaders(req.Header)
 	if st.approved != nil {
 		if f := st.approved.verify(req); f != nil {
@@ -221,9 +224,15 @@ func upstreamError(err error) refusal {
 // tunnelDialError answers a CONNECT whose (tunnel-mode) dial failed.
 func (p *Proxy) tunnelDialError(w io.Writer, ctx *goproxy.ProxyCtx, err error) {
 	f := upstreamError(err)
-	id, _ := identityFrom(ctx.Req.Context())
-	st := p.begin(ctx.Req.Context(), ctx.Req, id, "connect")
-	st.ev.Host = ctx.Req.URL.Hostname()
+	if errors.Is(err, errAuditUnavailable) {
+		f = auditUnavailable()
+	}
+	st, ok := ctx.Req.Context().Value(tunnelStateKey{}).(*reqState)
+	if !ok {
+		id, _ := identityFrom(ctx.Req.Context())
+		st = p.begin(ctx.Req.Context(), ctx.Req, id, "connect")
+		st.ev.Host = ctx.Req.URL.Hostname()
+	}
 	p.finishRefusal(ctx.Req.Context(), st, f)
 	writeRawRefusal(w, ctx.Req, f)
 }

@@ -74,6 +74,8 @@ fuzz_targets=(
 	"FuzzScrub ./secrets"
 	"FuzzScrubResponse ./secrets"
 	"FuzzRedactQuery ./audit"
+	"FuzzVerifySigned ./audit"
+	"FuzzEventJSON ./audit"
 	"FuzzParseInputJSON ./rego"
 	"FuzzCacheKey ./rego"
 	"FuzzScanBundle ./rego"

@@ -152,15 +152,18 @@ func newCACmd() *cobra.Command {
 func newAuditCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "audit", Short: "Work with audit logs", Example: "  airlock audit verify $AIRLOCK_HOME/audit.jsonl*"}
 	var pubKey string
+	var sealed bool
 	verify := &cobra.Command{
 		Use:   "verify F...",
 		Short: "Check an audit log's hash chain and signed checkpoints",
-		Long:  "Check the hash chain across the given files (rotated files included, in order) and, with --public-key, every checkpoint signature. Exits non-zero and names the first break.",
+		Long: "Check the hash chain across the given files (rotated files included, in any order) and, with --public-key, every checkpoint signature, " +
+			"and that every event is covered by a valid signed checkpoint up to the end: events after the last one are reported with their lines and fail the check. " +
+			"Without --public-key only the chain is checked, and the report says the log is unsigned. Exits non-zero and names the first break.",
 		Example: `  airlock audit verify /var/lib/airlock/audit.jsonl
   airlock audit verify --public-key audit.pub audit.jsonl.* audit.jsonl`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := audit.VerifyOptions{Paths: args}
+			opts := audit.VerifyOptions{Paths: args, RequireSealed: sealed}
 			if pubKey != "" {
 				k, err := audit.LoadPublicKey(pubKey)
 				if err != nil {
@@ -172,6 +175,7 @@ func newAuditCmd() *cobra.Command {
 		},
 	}
 	verify.Flags().StringVar(&pubKey, "public-key", "", "Ed25519 public key file to check checkpoint signatures")
+	verify.Flags().BoolVar(&sealed, "require-sealed", false, "fail unless the log ends with the final checkpoint airlock writes when it closes the log (for a log airlock no longer writes)")
 	keygen := &cobra.Command{
 		Use:     "keygen PRIVATE PUBLIC",
 		Short:   "Create an Ed25519 key pair for signed audit checkpoints",

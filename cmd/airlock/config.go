@@ -95,7 +95,8 @@ type AdminConfig struct {
 
 // AuditConfig tunes the hash-chained audit log (audit.Options).
 type AuditConfig struct {
-	Fsync              string        `yaml:"fsync"` // always | interval | never
+	Fsync              string        `yaml:"fsync"`        // group (default) | always | interval | never
+	GroupWindow        time.Duration `yaml:"group_window"` // fsync group: bound on the wait for an fsync; default 2ms
 	FsyncInterval      time.Duration `yaml:"fsync_interval"`
 	RotateBytes        int64         `yaml:"rotate_bytes"`
 	SigningKeyFile     string        `yaml:"signing_key_file"`

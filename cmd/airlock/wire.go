@@ -102,7 +102,7 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 			return nil, fmt.Errorf("audit_log: %w", err)
 		}
 		s.audit, err = audit.Open(audit.Options{
-			Path: cfg.AuditLog, Fsync: cfg.Audit.Fsync, FsyncInterval: cfg.Audit.FsyncInterval,
+			Path: cfg.AuditLog, Fsync: cfg.Audit.Fsync, GroupWindow: cfg.Audit.GroupWindow, FsyncInterval: cfg.Audit.FsyncInterval,
 			RotateBytes: cfg.Audit.RotateBytes, SigningKeyFile: cfg.Audit.SigningKeyFile,
 			CheckpointEvents: cfg.Audit.CheckpointEvents, CheckpointInterval: cfg.Audit.CheckpointInterval,
 			OnFailure: cfg.Audit.OnFailure, BufferEvents: cfg.Audit.BufferEvents, Logger: log,
@@ -293,8 +293,9 @@ func (f *auditFanout) Record(ctx context.Context, ev audit.Event) error {
 	f.mu.RLock()
 	fn := f.observers[ev.SandboxID]
 	f.mu.RUnlock()
-	// An allowed CONNECT is followed by its requests, which are counted themselves.
-	if fn != nil && !(ev.Kind == "connect" && ev.Decision == "allow") {
+	// An allowed CONNECT is followed by its requests, which are counted themselves; a
+	// forwarded request is counted once, by its completion record.
+	if fn != nil && !(ev.Kind == "connect" && ev.Decision == "allow") && ev.Stage != audit.StageDecision {
 		d := ev.Decision
 		if d == "approve" && ev.Approver != "" && ev.Status > 0 && ev.Status < 400 {
 			d = "approved"
@@ -309,14 +310,6 @@ func (f *auditFanout) Record(ctx context.Context, ev audit.Event) error {
 		f.metrics.AuditError(ctx)
 	}
 	return err
-}
-
-// Healthy reports a failing audit sink, so that the proxy refuses traffic (fail closed).
-func (f *auditFanout) Healthy() error {
-	if h, ok := f.sink.(interface{ Healthy() error }); ok {
-		return h.Healthy()
-	}
-	return nil
 }
 
 // decisionLogger also writes every decision in OPA's decision-log format.

@@ -42,7 +42,7 @@ func run() error {
 	flag.StringVar(&conc, "c", "1,64", "concurrencies (closed-loop clients), comma-separated")
 	flag.StringVar(&rows, "rows", "", "regexp: measure only rows whose ID (peer/workload, see -list) matches")
 	flag.BoolVar(&list, "list", false, "list the row IDs and exit")
-	flag.StringVar(&o.AuditFsync, "audit-fsync", "interval", "airlock's audit log fsync: always, interval (as deploy/airlock.yaml), never, or off (no audit log)")
+	flag.StringVar(&o.AuditFsync, "audit-fsync", "group", "airlock's audit log fsync: group (airlock's default), always, interval, never, or off (no audit log)")
 	flag.StringVar(&o.Airlock, "airlock", "", "use this airlock binary instead of building ./cmd/airlock")
 	flag.BoolVar(&o.NoInstall, "no-install", false, "do not go install smokescreen when it is not found (its row is skipped)")
 	flag.StringVar(&o.ProfileDir, "pprof", "", "write a CPU profile of one airlock row's process into this directory (builds airlock with a bench-only pprof overlay)")

@@ -1,0 +1,159 @@
+package audit
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// appendEventJSON appends ev encoded exactly as encoding/json marshals an Event (field
+// order, omitempty, string escaping, sorted label keys, time and number formats), without
+// reflection: every forwarded request writes two records, and this is most of their cost.
+// FuzzEventJSON holds it to encoding/json byte for byte.
+func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
+	start := len(dst)
+	slow := func() ([]byte, error) { // rare values: what encoding/json gives, or its error
+		b, err := json.Marshal(ev)
+		return append(dst[:start], b...), err
+	}
+	if _, off := ev.Time.Zone(); ev.Time.Year() < 0 || ev.Time.Year() > 9999 || off <= -24*3600 || off >= 24*3600 {
+		return slow()
+	}
+	dst = append(dst, `{"time":"`...)
+	dst = ev.Time.AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, `","id":`...)
+	dst = appendJSONString(dst, ev.ID)
+	dst = optString(dst, `,"request_id":`, ev.RequestID)
+	dst = optString(dst, `,"stage":`, string(ev.Stage))
+	dst = append(dst, `,"kind":`...)
+	dst = appendJSONString(dst, ev.Kind)
+	dst = append(dst, `,"sandbox":`...)
+	dst = appendJSONString(dst, ev.SandboxID)
+	if len(ev.Labels) > 0 {
+		dst = append(dst, `,"labels":{`...)
+		keys := make([]string, 0, len(ev.Labels))
+		for k := range ev.Labels {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, k)
+			dst = append(dst, ':')
+			dst = appendJSONString(dst, ev.Labels[k])
+		}
+		dst = append(dst, '}')
+	}
+	dst = optString(dst, `,"method":`, ev.Method)
+	dst = optString(dst, `,"scheme":`, ev.Scheme)
+	dst = optString(dst, `,"host":`, ev.Host)
+	dst = optInt(dst, `,"port":`, int64(ev.Port))
+	dst = optString(dst, `,"path":`, ev.Path)
+	dst = optString(dst, `,"query":`, ev.Query)
+	dst = optString(dst, `,"phase":`, ev.Phase)
+	dst = append(dst, `,"decision":`...)
+	dst = appendJSONString(dst, ev.Decision)
+	dst = optString(dst, `,"rule":`, ev.Rule)
+	dst = optString(dst, `,"reason":`, ev.Reason)
+	dst = optString(dst, `,"policy_revision":`, ev.PolicyRev)
+	if len(ev.Creds) > 0 {
+		dst = append(dst, `,"credentials":[`...)
+		for i, c := range ev.Creds {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, c)
+		}
+		dst = append(dst, ']')
+	}
+	dst = optString(dst, `,"approval_id":`, ev.ApprovalID)
+	dst = optString(dst, `,"approver":`, ev.Approver)
+	dst = optInt(dst, `,"status":`, int64(ev.Status))
+	dst = optInt(dst, `,"bytes_in":`, ev.BytesIn)
+	dst = optInt(dst, `,"bytes_out":`, ev.BytesOut)
+	if f := ev.DurationMS; f != 0 {
+		if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) < 1e-6 || math.Abs(f) >= 1e21 {
+			return slow() // exponent form, or an error
+		}
+		dst = append(dst, `,"duration_ms":`...)
+		dst = strconv.AppendFloat(dst, f, 'f', -1, 64)
+	}
+	dst = optString(dst, `,"trace_id":`, ev.TraceID)
+	dst = optString(dst, `,"span_id":`, ev.SpanID)
+	dst = optString(dst, `,"error_class":`, ev.ErrorClass)
+	return append(dst, '}'), nil
+}
+
+func optString(dst []byte, key, v string) []byte {
+	if v == "" {
+		return dst
+	}
+	return appendJSONString(append(dst, key...), v)
+}
+
+func optInt(dst []byte, key string, v int64) []byte {
+	if v == 0 {
+		return dst
+	}
+	return strconv.AppendInt(append(dst, key...), v, 10)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string the way encoding/json writes it: `"` and `\`
+// backslashed; \b \f \n \r \t by name; other control bytes and < > & as \u00XX; invalid
+// UTF-8 as \ufffd; U+2028 and U+2029 as \u2028 and \u2029.
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, `\b`...)
+			case '\f':
+				dst = append(dst, `\f`...)
+			case '\n':
+				dst = append(dst, `\n`...)
+			case '\r':
+				dst = append(dst, `\r`...)
+			case '\t':
+				dst = append(dst, `\t`...)
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
