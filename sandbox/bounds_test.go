@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,5 +233,115 @@ func TestDiskBound(t *testing.T) {
 		if b, _ := os.ReadFile(l); strings.Contains(string(b), dir) {
 			t.Errorf("a loop device still holds the image: %s", l)
 		}
+	}
+}
+
+// userCountsProbe prints what the kernel counts a sandbox's per-user objects against: the
+// owner of its user namespace as seen inside (0: the sandbox's own host uid, the root of its
+// uid range; 65534: a host uid outside it, such as the host's root), the namespace's
+// inotify maxima and the sigpending and msgqueue limits.
+const userCountsProbe = `
+import fcntl, os, resource
+fd = os.open("/proc/self/ns/user", os.O_RDONLY)
+b = bytearray(4)
+fcntl.ioctl(fd, 0xb704, b)  # NS_GET_OWNER_UID
+owner = int.from_bytes(b, "little")
+def sysctl(n):
+    return open("/proc/sys/user/" + n).read().strip()
+print("owner", owner)
+print("max_inotify_instances", sysctl("max_inotify_instances"))
+print("max_inotify_watches", sysctl("max_inotify_watches"))
+print("sigpending", *resource.getrlimit(resource.RLIMIT_SIGPENDING))
+print("msgqueue", *resource.getrlimit(resource.RLIMIT_MSGQUEUE))
+`
+
+// fillUserCounts takes inotify instances until refused, then watches (on files of a
+// directory, from every instance) until refused, then queues real-time signals to itself
+// until refused, up to the given numbers each, and prints what it got and the errors.
+const fillUserCounts = `
+import ctypes, os, signal, sys, tempfile, time
+libc = ctypes.CDLL(None, use_errno=True)
+max_inst, max_watch, max_sig = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+inst, err_inst = [], 0
+while len(inst) < max_inst:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        err_inst = ctypes.get_errno(); break
+    inst.append(fd)
+d = tempfile.mkdtemp()
+files = []
+per = max(1, -(-max_watch // max(1, len(inst))))
+for i in range(min(per, 4000)):
+    p = os.path.join(d, str(i)).encode(); open(p, "w").close(); files.append(p)
+watches, err_watch = 0, 0
+for fd in inst:
+    for p in files:
+        if watches >= max_watch: break
+        if libc.inotify_add_watch(fd, p, 0x2) < 0:
+            err_watch = ctypes.get_errno(); break
+        watches += 1
+    if err_watch or watches >= max_watch: break
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+sigs, err_sig = 0, 0
+while sigs < max_sig:
+    if libc.sigqueue(os.getpid(), signal.SIGRTMIN, ctypes.c_void_p(0)) < 0:
+        err_sig = ctypes.get_errno(); break
+    sigs += 1
+print("AT-BOUND", len(inst), err_inst, watches, err_watch, sigs, err_sig, flush=True)
+if len(sys.argv) > 4: time.sleep(600)
+`
+
+// TestUserCountsBound: what the kernel counts per user (inotify instances and watches,
+// queued signals, message queue bytes) a sandbox's processes are counted as the sandbox's
+// own host uid, within small maxima of its own; one sandbox at those bounds leaves the
+// host's root and a second sandbox theirs.
+func TestUserCountsBound(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{})
+	res := run(t, s, "python3 -c '"+strings.ReplaceAll(userCountsProbe, "'", `'"'"'`)+"'")
+	got := map[string][]string{}
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		if f := strings.Fields(line); len(f) > 1 {
+			got[f[0]] = f[1:]
+		}
+	}
+	want := map[string][]string{
+		"owner":                 {"0"},
+		"max_inotify_instances": {fmt.Sprint(sandbox.InotifyInstances)},
+		"max_inotify_watches":   {fmt.Sprint(sandbox.InotifyWatches)},
+		"sigpending":            {fmt.Sprint(sandbox.SigpendingLimit), fmt.Sprint(sandbox.SigpendingLimit)},
+		"msgqueue":              {fmt.Sprint(sandbox.MsgqueueLimit), fmt.Sprint(sandbox.MsgqueueLimit)},
+	}
+	for k, v := range want {
+		if !slices.Equal(got[k], v) {
+			// Checked before filling anything: a sandbox counted as the host's root would
+			// take the host's own counts.
+			t.Fatalf("%s: got %v, want %v (stdout %q, stderr %q)", k, got[k], v, res.Stdout, res.Stderr)
+		}
+	}
+
+	f, _ := holdAtBound(t, s, fillUserCounts, "100000", "1000000", "1000000", "hold")
+	n := make([]int, len(f))
+	for i := range f {
+		fmt.Sscan(f[i], &n[i])
+	}
+	if n[0] != sandbox.InotifyInstances || n[1] != int(syscall.EMFILE) {
+		t.Errorf("inotify instances: %d then errno %d; want %d, then EMFILE", n[0], n[1], sandbox.InotifyInstances)
+	}
+	if n[2] != sandbox.InotifyWatches || n[3] != int(syscall.ENOSPC) {
+		t.Errorf("inotify watches: %d then errno %d; want %d, then ENOSPC", n[2], n[3], sandbox.InotifyWatches)
+	}
+	if n[4] > sandbox.SigpendingLimit || n[4] < sandbox.SigpendingLimit-64 || n[5] != int(syscall.EAGAIN) {
+		t.Errorf("queued signals: %d then errno %d; want about %d, then EAGAIN", n[4], n[5], sandbox.SigpendingLimit)
+	}
+	// The host's root and a second sandbox take their own.
+	host := exec.Command("python3", "-c", fillUserCounts, "16", "2000", "2000")
+	out, err := host.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "AT-BOUND 16 0 2000 0 2000 0") {
+		t.Errorf("the host's root, while a sandbox is at its bounds: %s (%v)", out, err)
+	}
+	other := newSandbox(t, sandbox.Options{})
+	res = run(t, other, "python3 -c '"+strings.ReplaceAll(fillUserCounts, "'", `'"'"'`)+"' 16 2000 500")
+	if !strings.HasPrefix(string(res.Stdout), "AT-BOUND 16 0 2000 0 500 0") {
+		t.Errorf("a second sandbox, while another is at its bounds: %s %s", res.Stdout, res.Stderr)
 	}
 }

@@ -227,6 +227,9 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	if err := unix.Prlimit(in.holder.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
 		return fmt.Errorf("set the open-file limit to %d: %w", in.opts.Nofile, err)
 	}
+	if err := lowerUserLimits(in.holder.Process.Pid); err != nil {
+		return err
+	}
 	closeFiles(extra)
 	extra = nil
 	if err := sendFields(int(in.ctrl.Fd()), setup.fields()); err != nil {
