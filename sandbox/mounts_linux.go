@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -99,6 +102,10 @@ func (p *plan) symlink(target, path string) { p.add("symlink", "link "+path, tar
 func planRoot(cfg *rootConfig) ([]mountOp, error) {
 	p := &plan{}
 	p.mount("make mounts private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
+	// The holder is in the sandbox's network namespace, which /proc/sys/net shows.
+	for _, k := range slices.Sorted(maps.Keys(TCPSysctls)) {
+		p.add("write", "set "+k, "/proc/sys/"+strings.ReplaceAll(k, ".", "/"), TCPSysctls[k])
+	}
 	root := cfg.NewRoot
 	p.mount("mount root tmpfs", "airlock", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m,nr_inodes=4096")
 	for _, name := range cfg.RootPaths {

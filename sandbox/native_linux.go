@@ -85,6 +85,9 @@ func (n *Native) Create(ctx context.Context, o Options) (inst Instance, err erro
 	if os.Geteuid() != 0 {
 		return nil, ErrNeedsRoot
 	}
+	if o.Memory == 0 {
+		o.Memory = DefaultMemory()
+	}
 	in := &nativeInstance{opts: o, dir: filepath.Join(n.stateDir(), "sandboxes", o.ID)}
 	defer func() {
 		if err != nil {

@@ -44,10 +44,13 @@ type Options struct {
 	ReadOnlyPaths []string
 
 	Timeout time.Duration // wall-clock limit per Run; 0 means none
-	Memory  int64         // memory limit in bytes; 0 means none
-	Pids    int64         // process/thread limit; 0 means DefaultPids
-	CPUs    float64       // CPU limit in cores; 0 means none
-	TmpSize int64         // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize
+	// Memory is the memory limit in bytes. 0 means the backend's default: DefaultMemory
+	// for the native and docker backends (memory bounds every kernel object charged to the
+	// sandbox: see memory.go), the cluster's for kubernetes.
+	Memory  int64
+	Pids    int64   // process/thread limit; 0 means DefaultPids
+	CPUs    float64 // CPU limit in cores; 0 means none
+	TmpSize int64   // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize
 
 	// Bounds on what the kernel shares machine-wide (see docs/threat-model.md).
 	// Nofile is each process's open-file limit (RLIMIT_NOFILE, soft and hard): with Pids it
