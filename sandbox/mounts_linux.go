@@ -284,8 +284,8 @@ func (p *plan) workspace(cfg *rootConfig, dst string) {
 // first, so that no bind hides one made below it.
 func (p *plan) protect(prots []Protection, ws string) {
 	for _, pr := range prots {
-		if pr.Absent {
-			continue // nothing to bind: swept when the sandbox ends
+		if !pr.Bound() {
+			continue // nothing to bind: for the sweep when the sandbox ends
 		}
 		dst := filepath.Join(ws, filepath.FromSlash(pr.Path))
 		p.mount("protect workspace path "+pr.Path, dst, dst, "", unix.MS_BIND, "")

@@ -114,8 +114,8 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 		}
 		protections = prots
 		for _, p := range prots {
-			if p.Absent {
-				continue // nothing to bind: swept when the sandbox ends
+			if !p.Bound() {
+				continue // nothing to bind: for the sweep when the sandbox ends
 			}
 			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind,
 				Source: filepath.Join(o.Workspace, filepath.FromSlash(p.Path)),
