@@ -6,11 +6,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 )
@@ -170,5 +175,62 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// openPty opens a pseudo-terminal: the master, and the terminal itself for a child.
+func openPty(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	must(t, err)
+	must(t, unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0))
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	must(t, err)
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	must(t, err)
+	t.Cleanup(func() { m.Close(); s.Close() })
+	return m, s
+}
+
+// TestAirlockLinesAreSeen: output that would hide what airlock prints after it (clearing
+// the scrollback, a full reset, concealed text, the alternate screen, leaving UTF-8) loses
+// the sequences that erase or switch coding, and on a terminal airlock restores the
+// attributes, the screen and the character set before its own lines.
+func TestAirlockLinesAreSeen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	master, tty := openPty(t)
+	cmd := exec.Command(airlockBinary(t), "sandbox", "run", "--timeout", "3s", "--", "sh", "-c",
+		`printf 'visible\033[?1049h\033[8m\033(0\016\033[3J\033c\033[2J\033%%@hidden'; sleep 60`)
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+t.TempDir())
+	cmd.Stdout, cmd.Stderr = tty, tty
+	must(t, cmd.Start())
+	out := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(master) // EIO once the terminal is closed and drained
+		out <- b
+	}()
+	err := cmd.Wait()
+	tty.Close()
+	got := <-out
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 124 {
+		t.Errorf("exit %v, want 124 (timeout)", err)
+	}
+	for _, seq := range []string{"\x1b[3J", "\x1bc", "\x1b%@"} {
+		if bytes.Contains(got, []byte(seq)) {
+			t.Errorf("the terminal got %q: %q", seq, got)
+		}
+	}
+	end := bytes.Index(got, []byte("hidden"))
+	line := bytes.Index(got, []byte("airlock: sandbox"))
+	if end < 0 || line < end {
+		t.Fatalf("the command's output and airlock's timeout line: %q", got)
+	}
+	between := string(got[end:line])
+	for _, want := range []string{"\x1b[0m", "\x1b[?1049l", "\x1b(B\x0f", "\x1b[?25h"} {
+		if !strings.Contains(between, want) {
+			t.Errorf("no %q between the command's output and airlock's line: %q", want, between)
+		}
 	}
 }
