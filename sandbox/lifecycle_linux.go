@@ -56,7 +56,7 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 		cgErr = in.cg.remove()
 	}
 	if in.opts.WorkspaceMode == WorkspaceCoW && in.opts.Workspace != "" {
-		in.changes, in.changesErr = listChanges(in.upperDir(), in.opts.Workspace)
+		in.changes, in.changesErr = listChanges(in.upperDir(), in.opts.Workspace, in.opts.protectedPaths())
 	}
 	if err := unmountScratch(in.dir); err != nil {
 		errs = append(errs, err)
@@ -89,7 +89,7 @@ func (in *nativeInstance) Changes() ([]Change, error) {
 	if in.closed {
 		return in.changes, in.changesErr
 	}
-	return listChanges(in.upperDir(), in.opts.Workspace)
+	return listChanges(in.upperDir(), in.opts.Workspace, in.opts.protectedPaths())
 }
 
 // Patch is a unified diff from the host workspace to the sandbox's copy-on-write view.
@@ -109,7 +109,7 @@ func (in *nativeInstance) WritePatch(w io.Writer) error {
 	if in.closed {
 		return ErrClosed
 	}
-	return writePatch(w, in.upperDir(), in.opts.Workspace)
+	return writePatch(w, in.upperDir(), in.opts.Workspace, in.opts.protectedPaths())
 }
 
 // allocateSlot reserves a host uid range for a sandbox: slot N owns the 65536 host ids from

@@ -82,10 +82,7 @@ func WorkspaceProtections(o Options) ([]Protection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	paths := o.ProtectedPaths
-	if paths == nil {
-		paths = DefaultProtectedPaths
-	}
+	paths := o.protectedPaths()
 	s := &scan{root: root, ro: map[string]bool{}, gitDirs: map[string]bool{}, absent: map[string]bool{}, kept: map[string]bool{}, walked: map[string]bool{}}
 	for _, p := range paths {
 		rel, err := cleanRel(p)
@@ -99,6 +96,14 @@ func WorkspaceProtections(o Options) ([]Protection, error) {
 		return nil, err
 	}
 	return s.list(), nil
+}
+
+// protectedPaths are o.ProtectedPaths, or DefaultProtectedPaths when nil.
+func (o Options) protectedPaths() []string {
+	if o.ProtectedPaths == nil {
+		return DefaultProtectedPaths
+	}
+	return o.ProtectedPaths
 }
 
 // CheckProtectedPath checks an entry of Options.ProtectedPaths: a path inside the

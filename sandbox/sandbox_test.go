@@ -175,7 +175,7 @@ func TestCopyOnWriteChangesAndPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []sandbox.Change{{"d/", "added"}, {"d/add.txt", "added"}, {"edit.txt", "modified"}, {"gone.txt", "deleted"}}
+	want := []sandbox.Change{{Path: "d/", Kind: "added"}, {Path: "d/add.txt", Kind: "added"}, {Path: "edit.txt", Kind: "modified"}, {Path: "gone.txt", Kind: "deleted"}}
 	if len(changes) != len(want) {
 		t.Fatalf("changes = %v, want %v", changes, want)
 	}
