@@ -49,6 +49,7 @@ type rootConfig struct {
 	CABundle      []byte
 	IdmapFD       int // the id-map user namespace's descriptor in the holder; -1 when absent
 	Protections   []Protection
+	HiddenPaths   []string // host paths covered where the sandbox would see them
 }
 
 // A mountOp is one step of building a sandbox's file system. The parent plans the steps
@@ -134,6 +135,7 @@ func planRoot(cfg *rootConfig) ([]mountOp, error) {
 	p.workspace(cfg, filepath.Join(root, workspaceDir))
 	p.protect(cfg.Protections, filepath.Join(root, workspaceDir))
 	p.caBundle(cfg, root)
+	p.hide(cfg)
 	for _, dir := range []string{"run", "home", "var"} {
 		p.mount("remount /"+dir+" read-only", "", filepath.Join(root, dir), "", unix.MS_REMOUNT|roFlags, "")
 	}

@@ -133,7 +133,7 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 		Rootfs: o.Rootfs, RootPaths: defaultRootPaths, ReadOnlyPaths: o.ReadOnlyPaths,
 		NewRoot: root, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
 		TmpSize: o.TmpSize, UIDBase: in.uidBase, CABundle: o.CABundle, IdmapFD: -1,
-		Ptys: o.Ptys, Inodes: o.Inodes,
+		Ptys: o.Ptys, Inodes: o.Inodes, HiddenPaths: o.HiddenPaths,
 	}
 	if o.Workspace != "" {
 		fi, err := os.Stat(o.Workspace)

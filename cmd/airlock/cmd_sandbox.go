@@ -144,7 +144,8 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		}
 	}
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env,
-		AllowAIO: cfg.Sandbox.AllowAIO || sf.allowAIO, ProtectedPaths: cfg.Sandbox.ProtectedPaths}
+		AllowAIO: cfg.Sandbox.AllowAIO || sf.allowAIO, ProtectedPaths: cfg.Sandbox.ProtectedPaths,
+		HiddenPaths: cfg.hiddenPaths(configFile(cmd))}
 	if len(sf.protect) > 0 {
 		if o.ProtectedPaths == nil {
 			o.ProtectedPaths = sandbox.DefaultProtectedPaths
@@ -345,6 +346,14 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return exitCode(res.ExitCode)
 	}
 	return nil
+}
+
+// configFile is the --config flag's file, "" when none.
+func configFile(cmd *cobra.Command) string {
+	if f := cmd.Flags().Lookup("config"); f != nil {
+		return f.Value.String()
+	}
+	return ""
 }
 
 // hostBounds sets the bounds on host-wide kernel tables and disk from the config and the
