@@ -37,7 +37,7 @@ type instance struct {
 	detach    []func()
 	token     bool // a proxy credential was issued
 	protected []sandbox.Protection
-	releaseUIDs func() // frees the uid range reserved for the sandbox, if one was
+	freeUIDs  func() // frees the uid range reserved for the sandbox, if one was
 
 	mu        sync.Mutex
 	closed    bool
@@ -214,8 +214,8 @@ func (in *instance) close(ctx context.Context) error {
 	} else if err := os.RemoveAll(in.dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
 	}
-	if in.releaseUIDs != nil && removed {
-		in.releaseUIDs()
+	if in.freeUIDs != nil && removed {
+		in.freeUIDs()
 	}
 	return errors.Join(errs...)
 }
@@ -236,7 +236,7 @@ func (in *instance) reserveUser() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	in.releaseUIDs = release
+	in.freeUIDs = release
 	return slotUser(base), nil
 }
 
