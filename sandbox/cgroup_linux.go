@@ -142,6 +142,12 @@ func (cg *cgroups) limit(o Options) error {
 			_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0)
 		} else {
 			_ = os.WriteFile(filepath.Join(dir, "memory.memsw.limit_in_bytes"), []byte(mem), 0)
+			// v1 counts socket buffers apart, and only once a limit is set: before any
+			// task joins, so that every socket of the sandbox is charged.
+			tcp := strconv.FormatInt(TCPMemoryLimit(o.Memory), 10)
+			if err := set("memory", "memory.kmem.tcp.limit_in_bytes", "", tcp); err != nil {
+				return fmt.Errorf("bound the sandbox's socket buffers: %w", err)
+			}
 		}
 	}
 	if o.CPUs > 0 {

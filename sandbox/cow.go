@@ -16,6 +16,9 @@ import (
 type Change struct {
 	Path string `json:"path"` // relative to the workspace
 	Kind string `json:"kind"` // "added", "modified" or "deleted"
+	// Protected marks a change of git's own files or of a path host tools run or read as
+	// configuration: a patch never carries it.
+	Protected bool `json:"protected,omitempty"`
 }
 
 // PostRunLimits bound what airlock does, outside the sandbox's own limits, with what a
@@ -132,9 +135,13 @@ func changesOf(upper, lower string) *listing {
 // holds every change found.
 var ErrChangesIncomplete = errors.New("the change listing is incomplete")
 
-// listChanges is changesOf as Instance.Changes returns it.
-func listChanges(upper, lower string) ([]Change, error) {
+// listChanges is changesOf as Instance.Changes returns it, with changes of protected paths
+// (hostRun) marked.
+func listChanges(upper, lower string, protected []string) ([]Change, error) {
 	l := changesOf(upper, lower)
+	for i := range l.changes {
+		l.changes[i].Protected = hostRun(l.changes[i].Path, protected) != ""
+	}
 	if why := l.Incomplete(); why != "" {
 		return l.changes, fmt.Errorf("%w: %s", ErrChangesIncomplete, why)
 	}

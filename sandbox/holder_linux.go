@@ -262,6 +262,7 @@ type execConfig struct {
 	Writable []string      `json:"writable"`
 	Landlock landlockRules `json:"landlock"`
 	Seccomp  []byte        `json:"seccomp"`
+	UIDBase  int           `json:"uid_base"` // the sandbox's host uid range (for runSpawn)
 }
 
 func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
@@ -297,69 +298,101 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 	}
 	defer stR.Close()
 	defer stW.Close()
+	pidR, pidW, err := os.Pipe() // the spawn stage's report of the exec stage's pid
+	if err != nil {
+		fail("pipe", err)
+		return
+	}
+	defer pidR.Close()
+	defer pidW.Close()
 	ec, err := json.Marshal(execConfig{Args: req.Args, Dir: req.Dir, Writable: req.Writable,
-		Landlock: setup.Landlock, Seccomp: setup.Seccomp})
+		Landlock: setup.Landlock, Seccomp: setup.Seccomp, UIDBase: setup.UIDBase})
 	if err != nil {
 		fail("encode exec stage", err)
 		return
 	}
-	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: setup.UIDBase, Size: uidRangeSize}}
-	cmd := &exec.Cmd{
+	// The spawn stage runs as the sandbox's host uid and starts the exec stage in the run's
+	// namespaces (runSpawn); it keeps the capabilities it needs to map the namespace's
+	// whole uid range (and that some security modules want of a namespace's creator).
+	base := uint32(setup.UIDBase)
+	spawn := &exec.Cmd{
 		Path:       "/proc/self/exe",
-		Args:       []string{stageExec, string(ec)},
+		Args:       []string{stageSpawn, string(ec)},
 		Env:        req.Env,
 		Stdin:      files[1],
 		Stdout:     files[2],
 		Stderr:     files[3],
-		ExtraFiles: []*os.File{goR, stW}, // descriptors 3 and execStatusFD
+		ExtraFiles: []*os.File{goR, stW, pidW}, // descriptors 3, execStatusFD, spawnPidFD
 		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
-			UidMappings:                idmap,
-			GidMappings:                idmap,
-			GidMappingsEnableSetgroups: true,
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
-			Setsid:                     true,
-			Pdeathsig:                  syscall.SIGKILL,
+			Credential:  &syscall.Credential{Uid: base, Gid: base},
+			AmbientCaps: []uintptr{unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_SETFCAP, unix.CAP_SYS_ADMIN},
+			Pdeathsig:   syscall.SIGKILL,
 		},
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(); err != nil {
 		fail("start command", err)
 		return
 	}
 	goR.Close()
 	stW.Close()
+	pidW.Close()
 	procs := setup.CgroupFDs
 	if req.CgroupProcs {
 		procs = append(append([]int(nil), procs...), int(files[4].Fd()))
 	}
-	pid := []byte(strconv.Itoa(cmd.Process.Pid))
+	spid := []byte(strconv.Itoa(spawn.Process.Pid))
 	for _, fd := range procs {
-		if _, err := unix.Pwrite(fd, pid, 0); err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+		if _, err := unix.Pwrite(fd, spid, 0); err != nil {
+			_ = spawn.Process.Kill()
+			_ = spawn.Wait()
 			fail("join cgroup", err)
 			return
 		}
 	}
 	if _, err := goW.Write([]byte{1}); err != nil {
-		_ = cmd.Process.Kill()
+		_ = spawn.Process.Kill()
 	}
 	goW.Close()
+	// The spawn stage has exited once it wrote the pid: the exec stage is this holder's
+	// child from then on (orphans go to the PID namespace's init).
+	var b [4]byte
+	_, rerr := io.ReadFull(pidR, b[:])
+	werr := spawn.Wait()
+	if rerr != nil || werr != nil {
+		fail("start command", fmt.Errorf("the spawn stage failed: %w", errors.Join(werr, rerr)))
+		return
+	}
+	pid := int(binary.NativeEndian.Uint32(b[:]))
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, 0, nil)
+		fail("start command", err)
+		return
+	}
+	defer unix.Close(pidfd)
 	report(runMessage{Started: true})
 
 	watched := make(chan struct{})
 	go func() {
 		// Any message ("kill") or a closed connection ends the run's whole PID namespace.
+		// The pidfd names the init even once it has been reaped: no other process is hit.
 		defer close(watched)
 		_, fs, _ := recvFields(conn)
 		closeFiles(fs)
-		_ = cmd.Process.Kill()
+		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
 	}()
-	_ = cmd.Wait()
-	m := exitMessage(cmd.ProcessState)
+	var ws syscall.WaitStatus
+	var ru syscall.Rusage
+	for {
+		if _, err := syscall.Wait4(pid, &ws, 0, &ru); err != syscall.EINTR {
+			break
+		}
+	}
+	m := exitMessage(ws, &ru)
 	// The command's own status, if the init lived to write it (not when the run was killed:
 	// then the init's SIGKILL is the answer).
-	var b [4]byte
 	if n, _ := io.ReadFull(stR, b[:]); n == 4 {
 		m.setStatus(syscall.WaitStatus(binary.NativeEndian.Uint32(b[:])))
 	}
@@ -368,19 +401,12 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 	<-watched
 }
 
-func exitMessage(ps *os.ProcessState) runMessage {
+func exitMessage(ws syscall.WaitStatus, ru *syscall.Rusage) runMessage {
 	m := runMessage{Exited: true}
-	if ps == nil {
-		m.Error = "no process state"
-		return m
-	}
-	ws, _ := ps.Sys().(syscall.WaitStatus)
 	m.setStatus(ws)
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		m.UserNS = syscall.TimevalToNsec(ru.Utime)
-		m.SysNS = syscall.TimevalToNsec(ru.Stime)
-		m.MaxRSS = ru.Maxrss * 1024
-	}
+	m.UserNS = syscall.TimevalToNsec(ru.Utime)
+	m.SysNS = syscall.TimevalToNsec(ru.Stime)
+	m.MaxRSS = ru.Maxrss * 1024
 	return m
 }
 

@@ -8,6 +8,7 @@ import (
 // Stage names are passed as argv[0] when the binary re-executes itself inside a sandbox.
 const (
 	stageHolder = "airlock-sandbox:holder"
+	stageSpawn  = "airlock-sandbox:spawn"
 	stageExec   = "airlock-sandbox:exec"
 	stageUserNS = "airlock-sandbox:userns"
 )
@@ -28,6 +29,8 @@ func Init() {
 	switch os.Args[0] {
 	case stageHolder:
 		err = runHolder()
+	case stageSpawn:
+		err = runSpawn()
 	case stageExec:
 		err = runExec()
 	case stageUserNS:

@@ -56,7 +56,7 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 		cgErr = in.cg.remove()
 	}
 	if in.opts.WorkspaceMode == WorkspaceCoW && in.opts.Workspace != "" {
-		in.changes, in.changesErr = listChanges(in.upperDir(), in.opts.Workspace)
+		in.changes, in.changesErr = listChanges(in.upperDir(), in.opts.Workspace, in.opts.protectedPaths())
 	}
 	if err := unmountScratch(in.dir); err != nil {
 		errs = append(errs, err)
@@ -89,7 +89,7 @@ func (in *nativeInstance) Changes() ([]Change, error) {
 	if in.closed {
 		return in.changes, in.changesErr
 	}
-	return listChanges(in.upperDir(), in.opts.Workspace)
+	return listChanges(in.upperDir(), in.opts.Workspace, in.opts.protectedPaths())
 }
 
 // Patch is a unified diff from the host workspace to the sandbox's copy-on-write view.
@@ -109,7 +109,7 @@ func (in *nativeInstance) WritePatch(w io.Writer) error {
 	if in.closed {
 		return ErrClosed
 	}
-	return writePatch(w, in.upperDir(), in.opts.Workspace)
+	return writePatch(w, in.upperDir(), in.opts.Workspace, in.opts.protectedPaths())
 }
 
 // allocateSlot reserves a host uid range for a sandbox: slot N owns the 65536 host ids from
@@ -194,9 +194,15 @@ func (n *Native) Cleanup(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
 		}
 	}
-	// A slot is freed when the sandbox it names has no state directory left here. A slot
-	// younger than a minute may belong to a sandbox being created right now (its directory
-	// made after the loop above, or the slot file not yet written): it stays.
+	freeSlots(state, func(id string) string { return filepath.Join(state, "sandboxes", id) })
+	return errors.Join(errs...)
+}
+
+// freeSlots frees the uid slots reserved under owner (a state directory) whose sandbox has
+// no directory (dirOf(id)) left. A slot younger than a minute may belong to a sandbox being
+// created right now (its directory not yet made, or the slot file not yet written): it
+// stays.
+func freeSlots(owner string, dirOf func(id string) string) {
 	slots, _ := os.ReadDir(SlotDir)
 	for _, s := range slots {
 		path := filepath.Join(SlotDir, s.Name())
@@ -204,16 +210,35 @@ func (n *Native) Cleanup(ctx context.Context) error {
 		if err != nil || justCreated(path) {
 			continue
 		}
-		id, owner, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		if owner == "" {
-			owner = DefaultStateDir // written before slots named their state directory
+		id, o, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		if o == "" {
+			o = DefaultStateDir // written before slots named their state directory
 		}
-		if owner != filepath.Clean(state) || id == "" || exists(filepath.Join(state, "sandboxes", id)) {
+		if o != filepath.Clean(owner) || id == "" || strings.ContainsAny(id, "/") || exists(dirOf(id)) {
 			continue // another airlock's, or its sandbox is alive or not yet cleaned up
 		}
 		_ = os.Remove(path)
 	}
-	return errors.Join(errs...)
+}
+
+// ReserveUIDRange reserves a host uid range of its own for a sandbox of another backend,
+// machine-wide, as native sandboxes' are (SlotDir): the sandbox's processes then run as
+// uids of no other sandbox and of no user of the host, and what the kernel counts per user
+// (inotify, queued signals...) is theirs alone. base is the range's first uid; owner is the
+// backend's state directory, where owner/id exists while the sandbox lives (FreeUIDRanges
+// frees the others). release frees the range.
+func ReserveUIDRange(id, owner string) (base int, release func(), err error) {
+	path, base, err := allocateSlot(SlotDir, id, owner)
+	if err != nil {
+		return 0, nil, err
+	}
+	return base, func() { _ = os.Remove(path) }, nil
+}
+
+// FreeUIDRanges frees the ranges ReserveUIDRange reserved under owner whose sandbox has no
+// directory owner/id left (its airlock died without closing it).
+func FreeUIDRanges(owner string) {
+	freeSlots(owner, func(id string) string { return filepath.Join(owner, id) })
 }
 
 // cleanupCgroups removes the cgroups of the stale sandbox id, in every hierarchy.

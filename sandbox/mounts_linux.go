@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,6 +49,7 @@ type rootConfig struct {
 	CABundle      []byte
 	IdmapFD       int // the id-map user namespace's descriptor in the holder; -1 when absent
 	Protections   []Protection
+	HiddenPaths   []string // host paths covered where the sandbox would see them
 }
 
 // A mountOp is one step of building a sandbox's file system. The parent plans the steps
@@ -99,6 +103,10 @@ func (p *plan) symlink(target, path string) { p.add("symlink", "link "+path, tar
 func planRoot(cfg *rootConfig) ([]mountOp, error) {
 	p := &plan{}
 	p.mount("make mounts private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
+	// The holder is in the sandbox's network namespace, which /proc/sys/net shows.
+	for _, k := range slices.Sorted(maps.Keys(TCPSysctls)) {
+		p.add("write", "set "+k, "/proc/sys/"+strings.ReplaceAll(k, ".", "/"), TCPSysctls[k])
+	}
 	root := cfg.NewRoot
 	p.mount("mount root tmpfs", "airlock", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m,nr_inodes=4096")
 	for _, name := range cfg.RootPaths {
@@ -127,6 +135,7 @@ func planRoot(cfg *rootConfig) ([]mountOp, error) {
 	p.workspace(cfg, filepath.Join(root, workspaceDir))
 	p.protect(cfg.Protections, filepath.Join(root, workspaceDir))
 	p.caBundle(cfg, root)
+	p.hide(cfg)
 	for _, dir := range []string{"run", "home", "var"} {
 		p.mount("remount /"+dir+" read-only", "", filepath.Join(root, dir), "", unix.MS_REMOUNT|roFlags, "")
 	}
@@ -277,8 +286,8 @@ func (p *plan) workspace(cfg *rootConfig, dst string) {
 // first, so that no bind hides one made below it.
 func (p *plan) protect(prots []Protection, ws string) {
 	for _, pr := range prots {
-		if pr.Absent {
-			continue // nothing to bind: swept when the sandbox ends
+		if !pr.Bound() {
+			continue // nothing to bind: for the sweep when the sandbox ends
 		}
 		dst := filepath.Join(ws, filepath.FromSlash(pr.Path))
 		p.mount("protect workspace path "+pr.Path, dst, dst, "", unix.MS_BIND, "")

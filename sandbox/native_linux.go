@@ -85,6 +85,9 @@ func (n *Native) Create(ctx context.Context, o Options) (inst Instance, err erro
 	if os.Geteuid() != 0 {
 		return nil, ErrNeedsRoot
 	}
+	if o.Memory == 0 {
+		o.Memory = DefaultMemory()
+	}
 	in := &nativeInstance{opts: o, dir: filepath.Join(n.stateDir(), "sandboxes", o.ID)}
 	defer func() {
 		if err != nil {
@@ -130,7 +133,7 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 		Rootfs: o.Rootfs, RootPaths: defaultRootPaths, ReadOnlyPaths: o.ReadOnlyPaths,
 		NewRoot: root, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
 		TmpSize: o.TmpSize, UIDBase: in.uidBase, CABundle: o.CABundle, IdmapFD: -1,
-		Ptys: o.Ptys, Inodes: o.Inodes,
+		Ptys: o.Ptys, Inodes: o.Inodes, HiddenPaths: o.HiddenPaths,
 	}
 	if o.Workspace != "" {
 		fi, err := os.Stat(o.Workspace)
@@ -226,6 +229,9 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	lim := unix.Rlimit{Cur: uint64(in.opts.Nofile), Max: uint64(in.opts.Nofile)}
 	if err := unix.Prlimit(in.holder.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
 		return fmt.Errorf("set the open-file limit to %d: %w", in.opts.Nofile, err)
+	}
+	if err := lowerUserLimits(in.holder.Process.Pid); err != nil {
+		return err
 	}
 	closeFiles(extra)
 	extra = nil

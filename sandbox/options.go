@@ -42,12 +42,20 @@ type Options struct {
 	// ReadOnlyPaths are further host paths bound read-only at the same place (e.g. a
 	// toolchain outside /usr).
 	ReadOnlyPaths []string
+	// HiddenPaths are host paths the sandbox must not read (airlock's config, its secret
+	// files, its home): wherever the sandbox would see one (under the root's directories,
+	// a read-only path, the workspace), it is covered by an empty read-only file or
+	// directory. A link to one is hidden through its target; another hard link is not.
+	HiddenPaths []string
 
 	Timeout time.Duration // wall-clock limit per Run; 0 means none
-	Memory  int64         // memory limit in bytes; 0 means none
-	Pids    int64         // process/thread limit; 0 means DefaultPids
-	CPUs    float64       // CPU limit in cores; 0 means none
-	TmpSize int64         // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize
+	// Memory is the memory limit in bytes. 0 means the backend's default: DefaultMemory
+	// for the native and docker backends (memory bounds every kernel object charged to the
+	// sandbox: see memory.go), the cluster's for kubernetes.
+	Memory  int64
+	Pids    int64   // process/thread limit; 0 means DefaultPids
+	CPUs    float64 // CPU limit in cores; 0 means none
+	TmpSize int64   // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize
 
 	// Bounds on what the kernel shares machine-wide (see docs/threat-model.md).
 	// Nofile is each process's open-file limit (RLIMIT_NOFILE, soft and hard): with Pids it
@@ -138,6 +146,11 @@ func (o Options) withDefaults() (Options, error) {
 	for _, p := range o.ReadOnlyPaths {
 		if !filepath.IsAbs(p) {
 			return o, fmt.Errorf("read-only path %q: must be absolute", p)
+		}
+	}
+	for _, p := range o.HiddenPaths {
+		if !filepath.IsAbs(p) {
+			return o, fmt.Errorf("hidden path %q: must be absolute", p)
 		}
 	}
 	for _, p := range o.ProtectedPaths {

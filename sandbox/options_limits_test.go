@@ -33,3 +33,27 @@ func TestNofileFor(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultMemoryFor: a quarter of the host's memory, between 256 MiB (or all of a
+// smaller host) and 4 GiB; TCPMemoryLimit a quarter of the memory limit, within its bounds.
+func TestDefaultMemoryFor(t *testing.T) {
+	for _, tt := range []struct{ total, want int64 }{
+		{0, 256 << 20},         // unknown
+		{128 << 20, 128 << 20}, // a tiny host: all of it
+		{512 << 20, 256 << 20},
+		{2 << 30, 512 << 20},
+		{24 << 30, 4 << 30}, // this project's machines
+		{1 << 40, 4 << 30},
+	} {
+		if got := defaultMemoryFor(tt.total); got != tt.want {
+			t.Errorf("defaultMemoryFor(%d) = %d, want %d", tt.total, got, tt.want)
+		}
+	}
+	for _, tt := range []struct{ memory, want int64 }{
+		{16 << 20, 16 << 20}, {64 << 20, 16 << 20}, {1 << 30, 256 << 20}, {4 << 30, 1 << 30}, {64 << 30, 1 << 30},
+	} {
+		if got := TCPMemoryLimit(tt.memory); got != tt.want {
+			t.Errorf("TCPMemoryLimit(%d) = %d, want %d", tt.memory, got, tt.want)
+		}
+	}
+}

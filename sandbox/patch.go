@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,9 +17,10 @@ import (
 )
 
 // ErrPatchIncomplete is wrapped by a patch's error when the patch leaves changes out (named
-// in '# airlock:' lines that git apply skips, and in the error): FIFOs, sockets, devices,
-// files over PostRunLimits.FileBytes, a patch over PatchBytes or Time, a change listing
-// that could not see everything, or a host side that cannot be read.
+// in '# airlock:' lines that git apply skips, and in the error): changes of paths host
+// tools run or read (hostRun), FIFOs, sockets, devices, files over
+// PostRunLimits.FileBytes, a patch over PatchBytes or Time, a change listing that could not
+// see everything, or a host side that cannot be read.
 var ErrPatchIncomplete = errors.New("the patch leaves changes out")
 
 // entry is one side of a changed path as git sees it: mode 100644, 100755 or 120000
@@ -39,7 +41,7 @@ type entry struct {
 // (a file name cannot forge patch lines), and the work is bounded by postRun. What the
 // patch cannot carry is named in a comment line, and the error then wraps
 // ErrPatchIncomplete; any other error is w's.
-func writePatch(w io.Writer, upper, lower string) error {
+func writePatch(w io.Writer, upper, lower string, protected []string) error {
 	l := changesOf(upper, lower)
 	pw := &patchWriter{w: w, deadline: time.Now().Add(postRun.Time)}
 	if why := l.Incomplete(); why != "" {
@@ -64,6 +66,12 @@ func writePatch(w io.Writer, upper, lower string) error {
 			if strings.HasSuffix(c.Path, "/") || (c.Kind == "deleted") != deletions {
 				continue
 			}
+			if why := hostRun(c.Path, protected); why != "" {
+				if err := pw.leave(c.Path, errors.New(why)); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := pw.change(up, low, c); err != nil {
 				return err
 			}
@@ -72,11 +80,32 @@ func writePatch(w io.Writer, upper, lower string) error {
 	return pw.err()
 }
 
-// patchOf is writePatch into memory.
+// patchOf is writePatch into memory, with the default protected paths.
 func patchOf(upper, lower string) ([]byte, error) {
 	var b bytes.Buffer
-	err := writePatch(&b, upper, lower)
+	err := writePatch(&b, upper, lower, DefaultProtectedPaths)
 	return b.Bytes(), err
+}
+
+// hostRun says why a patch must not carry a change of path to the host, or "": git's own
+// metadata (a path with a .git component, in any case: git apply refuses those anyway),
+// or a path host tools run or read as configuration (one of protected, the sandbox's
+// Options.ProtectedPaths, or beneath one). A sandbox cannot change those that existed at
+// start; this keeps it from adding them through the patch.
+func hostRun(path string, protected []string) string {
+	p := strings.TrimSuffix(path, "/")
+	for _, c := range strings.Split(p, "/") {
+		if strings.EqualFold(c, ".git") {
+			return "git's own files are never carried by a patch"
+		}
+	}
+	for _, pr := range protected {
+		pr = filepath.ToSlash(filepath.Clean(pr))
+		if p == pr || strings.HasPrefix(p, pr+"/") {
+			return "a path host tools run or read as configuration (protected: " + quotePath(pr) + ") is never carried by a patch; review it in the sandbox's copy and copy it by hand if you mean it"
+		}
+	}
+	return ""
 }
 
 // patchWriter writes a patch one file section at a time, within postRun's bounds.

@@ -129,3 +129,71 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestPatchLeavesOutHostRunFiles: a copy-on-write sandbox that creates what host tools run
+// or read (direnv's .envrc, an agent's, an editor's and git's settings, a repository of
+// its own) gets none of it into the patch: each is named in a '# airlock:' line, the
+// error says the patch leaves changes out, the change listing marks them, and git apply
+// on the host takes the patch and makes only the ordinary change.
+func TestPatchLeavesOutHostRunFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("native sandboxes need root")
+	}
+	ws := t.TempDir()
+	git := func(dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=h", "-c", "user.email=h@example.com", "-c", "init.defaultBranch=main", "-c", "safe.directory=*"}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	must(t, os.WriteFile(filepath.Join(ws, "README"), []byte("hello\n"), 0o644))
+	git(ws, "init", "-q")
+	git(ws, "add", "README")
+	git(ws, "commit", "-q", "-m", "one")
+	s := newSandbox(t, sandbox.Options{Workspace: ws, WorkspaceMode: sandbox.WorkspaceCoW})
+	hostRun := []string{".envrc", ".claude/settings.json", ".vscode/tasks.json", ".gitconfig", ".gitmodules",
+		".mcp.json", "sub/.git/config", "sub/.git/HEAD", ".git/info/evil", "deep/.GIT/config"}
+	script := "cd /workspace && echo ok > ordinary.txt"
+	for _, p := range hostRun {
+		script += " && mkdir -p $(dirname " + p + ") && echo 'touch /tmp/pwned' > " + p
+	}
+	if res := run(t, s, script); res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	var buf strings.Builder
+	err := s.WritePatch(&buf)
+	patch := buf.String()
+	if !errors.Is(err, sandbox.ErrPatchIncomplete) {
+		t.Errorf("patch error %v, want ErrPatchIncomplete", err)
+	}
+	for _, p := range hostRun {
+		if strings.Contains(patch, "b/"+p) {
+			t.Errorf("the patch carries %s:\n%s", p, patch)
+		}
+		if !strings.Contains(patch, "# airlock: "+p+" left out") || err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s is not named as left out (error %v):\n%s", p, err, patch)
+		}
+	}
+	changes, _ := s.Changes()
+	for _, c := range changes {
+		want := !strings.HasPrefix(c.Path, "ordinary")
+		if c.Path == "deep/" || c.Path == "sub/" || c.Path == ".claude/" || c.Path == ".vscode/" {
+			want = false
+		}
+		if c.Protected != want && !strings.HasSuffix(c.Path, "/") {
+			t.Errorf("change %s: protected %v, want %v", c.Path, c.Protected, want)
+		}
+	}
+	pf := filepath.Join(t.TempDir(), "p.diff")
+	must(t, os.WriteFile(pf, []byte(patch), 0o644))
+	git(ws, "apply", "--check", pf)
+	git(ws, "apply", pf)
+	if st := git(ws, "status", "--porcelain", "--untracked-files=all"); st != "?? ordinary.txt\n" {
+		t.Errorf("after git apply, the host has:\n%s", st)
+	}
+}

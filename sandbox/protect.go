@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -40,7 +39,8 @@ var DefaultProtectedPaths = []string{
 var maxScanDirs = 200_000
 
 // A Protection is a path of the workspace that a sandbox can neither rename nor replace
-// (it is a mount point inside), nor, when ReadOnly, change.
+// (it is a mount point inside), nor, when ReadOnly, change; or, when not Bound, a path the
+// sweep at the end needs to know of.
 type Protection struct {
 	Path     string // relative to the workspace, slash-separated
 	ReadOnly bool
@@ -49,7 +49,20 @@ type Protection struct {
 	// did not exist when the sandbox started, so nothing could be bound there: backends
 	// bind nothing, and when the sandbox ends, Close moves aside whatever it made there.
 	Absent bool
+	// GitDir marks a git directory found at start. The sweep at the end neutralises every
+	// git directory that is not one of these (with the same identity): the sandbox's.
+	GitDir bool
+	// Kept marks a symbolic link or a file that is not a regular one (a FIFO, a socket, a
+	// device) inside a git directory at start: the sweep removes every other one it finds
+	// there, since git would follow it or hang on it. Backends bind nothing for it.
+	Kept bool
+	// Dev and Ino are the path's identity at start (not for Absent ones).
+	Dev, Ino uint64
 }
+
+// Bound reports whether backends bind the path inside the sandbox: every protection but the
+// Absent and Kept ones, which are for the sweep at the end.
+func (p Protection) Bound() bool { return !p.Absent && !p.Kept }
 
 // WorkspaceProtections lists the protections of o's workspace, parents before children:
 // none for a read-only workspace or none at all. For each git repository in the workspace
@@ -69,11 +82,8 @@ func WorkspaceProtections(o Options) ([]Protection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	paths := o.ProtectedPaths
-	if paths == nil {
-		paths = DefaultProtectedPaths
-	}
-	s := &scan{root: root, ro: map[string]bool{}, gitDirs: map[string]bool{}, absent: map[string]bool{}}
+	paths := o.protectedPaths()
+	s := &scan{root: root, ro: map[string]bool{}, gitDirs: map[string]bool{}, absent: map[string]bool{}, kept: map[string]bool{}, walked: map[string]bool{}}
 	for _, p := range paths {
 		rel, err := cleanRel(p)
 		if err != nil {
@@ -86,6 +96,14 @@ func WorkspaceProtections(o Options) ([]Protection, error) {
 		return nil, err
 	}
 	return s.list(), nil
+}
+
+// protectedPaths are o.ProtectedPaths, or DefaultProtectedPaths when nil.
+func (o Options) protectedPaths() []string {
+	if o.ProtectedPaths == nil {
+		return DefaultProtectedPaths
+	}
+	return o.ProtectedPaths
 }
 
 // CheckProtectedPath checks an entry of Options.ProtectedPaths: a path inside the
@@ -110,6 +128,8 @@ type scan struct {
 	globalHooks gitConfig // the host user's and the system's git config
 	dirs        int
 	absent      map[string]bool // paths git reads that were absent at start
+	kept        map[string]bool // symbolic links and special files in git directories at start
+	walked      map[string]bool // directories inventory has seen
 }
 
 // inside turns path (absolute, or relative to the workspace) into a workspace-relative
@@ -205,12 +225,22 @@ func (s *scan) list() []Protection {
 			}
 		}
 	}
-	out := make([]Protection, 0, len(s.ro)+len(s.absent))
+	out := make([]Protection, 0, len(s.ro)+len(s.absent)+len(s.kept))
 	for rel, ro := range s.ro {
-		out = append(out, Protection{Path: filepath.ToSlash(rel), ReadOnly: ro})
+		p := Protection{Path: filepath.ToSlash(rel), ReadOnly: ro, GitDir: s.gitDirs[rel]}
+		p.Dev, p.Ino = fileID(filepath.Join(s.root, rel))
+		out = append(out, p)
 	}
 	for rel := range s.absent {
 		out = append(out, Protection{Path: filepath.ToSlash(rel), Absent: true})
+	}
+	for rel := range s.kept {
+		if _, ok := s.ro[rel]; ok {
+			continue // protected as it is
+		}
+		p := Protection{Path: filepath.ToSlash(rel), Kept: true}
+		p.Dev, p.Ino = fileID(filepath.Join(s.root, rel))
+		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b Protection) int {
 		if d := strings.Count(a.Path, "/") - strings.Count(b.Path, "/"); d != 0 {
@@ -252,6 +282,7 @@ func (s *scan) walk() error {
 					return err
 				}
 			case e.Name() == ".git" && e.Type()&fs.ModeSymlink != 0:
+				s.kept[rel] = true // the sweep at the end leaves it
 				if target, ok := s.inside(rel); ok {
 					if err := s.gitDir(target, dir); err != nil {
 						return err
@@ -266,16 +297,23 @@ func (s *scan) walk() error {
 }
 
 // looksLikeGitDir reports whether a directory's entries are laid out as a git directory's
-// (git takes one as a bare repository when run inside it).
+// (git takes one as a bare repository when run inside it): a HEAD, and objects and refs
+// or a commondir that provides them.
 func looksLikeGitDir(entries []fs.DirEntry) bool {
-	n := 0
+	names := make([]string, 0, 4)
 	for _, e := range entries {
-		switch {
-		case e.Name() == "HEAD" && e.Type().IsRegular(), e.Name() == "objects" && e.IsDir(), e.Name() == "refs" && e.IsDir():
-			n++
+		if e.Name() == "HEAD" && !e.IsDir() || (e.Name() == "objects" || e.Name() == "refs") && e.IsDir() || e.Name() == "commondir" {
+			names = append(names, e.Name())
 		}
 	}
-	return n == 3
+	return gitDirLayout(names)
+}
+
+// gitDirLayout is looksLikeGitDir on the names found of HEAD, objects and refs (both
+// directories) and commondir.
+func gitDirLayout(names []string) bool {
+	has := func(n string) bool { return slices.Contains(names, n) }
+	return has("HEAD") && (has("commondir") || has("objects") && has("refs"))
 }
 
 // gitFile protects a .git file ("gitdir: PATH", in a linked worktree or a submodule's
@@ -311,6 +349,9 @@ func (s *scan) gitDir(dir, worktree string) error {
 	}
 	s.gitDirs[dir] = true
 	s.protect(dir, false)
+	if err := s.inventory(dir); err != nil {
+		return err
+	}
 	for _, name := range []string{"hooks", "config", "config.worktree", "commondir"} {
 		s.gitReads(filepath.Join(dir, name))
 	}
@@ -440,9 +481,51 @@ func expandHome(p string) string {
 	return p
 }
 
-// readSmall reads a regular file of at most 1 MiB (git's pointer and config files).
+// inventory records the symbolic links and special files of a git directory at start
+// (git-new-workdir links a checkout's refs, config and objects to another repository's):
+// the sweep at the end leaves those and removes any other.
+func (s *scan) inventory(dir string) error {
+	stack := []string{dir}
+	for len(stack) > 0 {
+		d := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if s.walked[d] {
+			continue
+		}
+		s.walked[d] = true
+		if s.dirs++; s.dirs > maxScanDirs {
+			return fmt.Errorf("workspace %s: more than %d directories to scan for git repositories to protect", s.root, maxScanDirs)
+		}
+		entries, err := os.ReadDir(filepath.Join(s.root, d))
+		if err != nil {
+			continue // unreadable: git cannot read it either
+		}
+		for _, e := range entries {
+			rel := filepath.Join(d, e.Name())
+			switch {
+			case e.IsDir():
+				stack = append(stack, rel)
+			case !e.Type().IsRegular():
+				s.kept[rel] = true
+			}
+		}
+	}
+	return nil
+}
+
+// fileID is path's device and inode (not following a last symlink); zero when absent.
+func fileID(path string) (dev, ino uint64) {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil {
+		return 0, 0
+	}
+	return st.Dev, st.Ino
+}
+
+// readSmall reads a regular file of at most 1 MiB (git's pointer and config files). A FIFO
+// is not waited on.
 func readSmall(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -455,88 +538,4 @@ func readSmall(path string) ([]byte, error) {
 		err = errors.New("larger than 1 MiB")
 	}
 	return b, err
-}
-
-// sweepWorkspace moves aside, once the sandbox has ended, what it made at the Absent
-// protections of its workspace (renamed to NAME.airlock-removed, or .airlock-removed-N):
-// a commondir pointing git at a git directory of the sandbox's, a hooks directory, a
-// config.worktree, an included config file, or a symbolic link the sandbox put on the way
-// to one (none was there at start: the scan resolved them). Nothing is followed. It
-// returns the workspace-relative paths it moved.
-func sweepWorkspace(workspace string, prots []Protection) ([]string, error) {
-	root, err := unix.Open(workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil // removed by the host: nothing left to read
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sweep workspace: %w", err)
-	}
-	defer unix.Close(root)
-	var moved []string
-	var errs []error
-	for _, p := range prots {
-		if !p.Absent {
-			continue
-		}
-		m, err := sweepOne(root, p.Path)
-		if m != "" {
-			moved = append(moved, m)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("sweep %s: %w", p.Path, err))
-		}
-	}
-	return moved, errors.Join(errs...)
-}
-
-// sweepOne walks rel from dir a component at a time without following links, and moves
-// aside the first link it meets or rel itself; it returns what it moved.
-func sweepOne(dir int, rel string) (string, error) {
-	parts := strings.Split(rel, "/")
-	var walked []string
-	fd := dir
-	defer func() {
-		if fd != dir {
-			unix.Close(fd)
-		}
-	}()
-	for i, name := range parts {
-		var st unix.Stat_t
-		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return "", nil // nothing there
-		}
-		walked = append(walked, name)
-		if i == len(parts)-1 || st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			if err := moveAside(fd, name); err != nil {
-				return "", err
-			}
-			return strings.Join(walked, "/"), nil
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return "", nil // a file where a directory would be: git finds nothing below
-		}
-		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return "", err
-		}
-		if fd != dir {
-			unix.Close(fd)
-		}
-		fd = next
-	}
-	return "", nil
-}
-
-func moveAside(dir int, name string) error {
-	for i := 0; i < 100; i++ {
-		to := name + ".airlock-removed"
-		if i > 0 {
-			to += "-" + strconv.Itoa(i)
-		}
-		err := unix.Renameat2(dir, name, dir, to, unix.RENAME_NOREPLACE)
-		if !errors.Is(err, unix.EEXIST) {
-			return err
-		}
-	}
-	return errors.New("no free name to move it to")
 }

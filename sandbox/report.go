@@ -23,9 +23,17 @@ type Report struct {
 	// ChangesIncomplete, when set, says why Changes may lack changes (a bound of
 	// PostRunLimits reached, a part of the tree that could not be read, with the paths).
 	ChangesIncomplete string `json:"changes_incomplete,omitempty"`
-	// Removed are workspace paths git would read (a commondir, a hooks directory...) that
-	// the sandbox made where none were at start, moved aside when it ended.
+	// Removed are workspace paths the host's git would run, read as configuration, follow
+	// or block on, that the sandbox left in a read-write workspace, moved aside (renamed
+	// to NAME.airlock-removed-RANDOM beside it) or, for links and special files, removed
+	// when it ended: what it made where git reads and nothing was at start (a commondir, a
+	// hooks directory...), the config, hooks, config.worktree and commondir of git
+	// directories that were not there at start, .git files pointing at them, links and
+	// FIFOs, sockets or devices in git directories.
 	Removed []string `json:"removed,omitempty"`
+	// SweepFailed, when set, says what of the above could not be taken away (paths
+	// named): do not run git in the workspace before checking them.
+	SweepFailed string `json:"sweep_failed,omitempty"`
 }
 
 // RequestCounts counts the proxy's decisions on this sandbox's requests.

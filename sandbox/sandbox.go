@@ -173,14 +173,17 @@ func (s *Sandbox) close(ctx context.Context) error {
 		err = nil
 	}
 	errs = append(errs, err)
-	swept, err := s.sweep()
-	errs = append(errs, err)
+	swept, sweepErr := s.sweep()
+	errs = append(errs, sweepErr)
 	err = errors.Join(errs...)
 	s.mu.Lock()
 	s.report.End = time.Now()
 	s.report.Changes = changes
 	s.report.ChangesIncomplete = incomplete
 	s.report.Removed = swept
+	if sweepErr != nil {
+		s.report.SweepFailed = sweepErr.Error()
+	}
 	rep := s.report
 	s.mu.Unlock()
 	fields := map[string]any{"exit_code": rep.ExitCode, "timed_out": rep.TimedOut,
@@ -198,8 +201,9 @@ func (s *Sandbox) close(ctx context.Context) error {
 	return nil
 }
 
-// sweep moves aside, in a read-write workspace, the files git reads that the sandbox made
-// where none were at start (see sweepWorkspace); the backend has ended the sandbox.
+// sweep takes away, in a read-write workspace, what the sandbox left that the host's git
+// would run, read as configuration, follow or hang on (see sweepWorkspace); the backend has
+// ended the sandbox.
 func (s *Sandbox) sweep() ([]string, error) {
 	p, ok := s.inst.(interface{ Protections() []Protection })
 	if !ok || s.opts.WorkspaceMode != WorkspaceRW {
@@ -207,8 +211,12 @@ func (s *Sandbox) sweep() ([]string, error) {
 	}
 	moved, err := sweepWorkspace(s.opts.Workspace, p.Protections())
 	if len(moved) > 0 {
-		s.opts.Logger.Warn("the sandbox made files the host's git would read; moved aside",
+		s.opts.Logger.Warn("the sandbox left files the host's git would run, read or block on; moved aside or removed",
 			"sandbox", s.opts.ID, "paths", moved)
+	}
+	if err != nil {
+		s.opts.Logger.Error("the workspace sweep could not take away everything the host's git would run, read or block on",
+			"sandbox", s.opts.ID, "err", err)
 	}
 	return moved, err
 }

@@ -175,7 +175,7 @@ func TestCopyOnWriteChangesAndPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []sandbox.Change{{"d/", "added"}, {"d/add.txt", "added"}, {"edit.txt", "modified"}, {"gone.txt", "deleted"}}
+	want := []sandbox.Change{{Path: "d/", Kind: "added"}, {Path: "d/add.txt", Kind: "added"}, {Path: "edit.txt", Kind: "modified"}, {Path: "gone.txt", Kind: "deleted"}}
 	if len(changes) != len(want) {
 		t.Fatalf("changes = %v, want %v", changes, want)
 	}
@@ -343,5 +343,42 @@ func TestInitIgnoresSignalsFromInside(t *testing.T) {
 	res = run(t, s, `read -r pid comm state init rest < /proc/self/stat; echo "init $init"; ls -l /proc/$init/fd/ 2>&1; echo x > /proc/$init/fd/3 && echo WROTE`)
 	if strings.Contains(string(res.Stdout), "WROTE") {
 		t.Errorf("the command wrote to its init's status pipe: %q", res.Stdout)
+	}
+}
+
+// TestHiddenPaths: airlock's config and secret files, and its home, read nothing inside
+// wherever the sandbox would see them (the workspace, whose owner's files it may read; a
+// read-only path), through a link too, and cannot be written; the rest stays readable.
+func TestHiddenPaths(t *testing.T) {
+	ws := t.TempDir()
+	ro, err := os.MkdirTemp("/mnt", "airlock-hidden-") // a read-only path outside /tmp, which the sandbox's own hides
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(ro) })
+	for p, body := range map[string]string{".airlock/airlock.yaml": "approvals: {}\n", ".airlock/token": "SECRET-TOKEN\n",
+		"README": "readable\n"} {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(ws, p)), 0o700))
+		must(t, os.WriteFile(filepath.Join(ws, p), []byte(body), 0o600))
+	}
+	must(t, os.Symlink(".airlock/token", filepath.Join(ws, "token-link")))
+	must(t, os.MkdirAll(filepath.Join(ro, "home", "ca"), 0o700))
+	must(t, os.WriteFile(filepath.Join(ro, "home", "ca", "ca-key.pem"), []byte("SECRET-KEY\n"), 0o600))
+	for _, mode := range []sandbox.WorkspaceMode{sandbox.WorkspaceRW, sandbox.WorkspaceCoW} {
+		t.Run(string(mode), func(t *testing.T) {
+			s := newSandbox(t, sandbox.Options{Workspace: ws, WorkspaceMode: mode, ReadOnlyPaths: []string{ro},
+				HiddenPaths: []string{filepath.Join(ws, ".airlock", "airlock.yaml"), filepath.Join(ws, "token-link"),
+					filepath.Join(ro, "home"), "/nonexistent/airlock.yaml"}})
+			res := run(t, s, "cd /workspace; cat .airlock/airlock.yaml .airlock/token token-link "+ro+"/home/ca/ca-key.pem; ls -A "+ro+"/home; "+
+				"echo x > .airlock/token && echo WROTE; cat README")
+			out := string(res.Stdout)
+			if strings.Contains(out, "SECRET") || strings.Contains(out, "approvals") || strings.Contains(out, "WROTE") || strings.Contains(out, "ca") {
+				t.Errorf("the sandbox read or wrote what airlock hides:\n%s%s", out, res.Stderr)
+			}
+			if !strings.Contains(out, "readable") {
+				t.Errorf("the rest of the workspace is not readable:\n%s%s", out, res.Stderr)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".airlock", "token")); string(b) != "SECRET-TOKEN\n" {
+		t.Errorf("the host's file changed: %q", b)
 	}
 }

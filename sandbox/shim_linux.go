@@ -14,10 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// runExec (without cgo; see stage_linux.c otherwise) is the last stage before a sandboxed command: pid 1 of the run's PID namespace and
-// root of its fresh user namespace (mapped to the sandbox's host uid range). On one locked
-// thread it waits until the holder has placed it in its cgroups, forbids nested user
-// namespaces, drops to the sandbox user, clears every capability (bounding set included),
+// runExec (without cgo; see stage_linux.c otherwise) is the last stage before a sandboxed
+// command: pid 1 of the run's PID namespace and root of its fresh user namespace (mapped to
+// the sandbox's host uid range, and owned by its first uid: runSpawn). On one locked
+// thread it waits until the holder has placed it in its cgroups, sets the namespace's
+// maxima (no nested namespaces, few inotify watches), drops to the sandbox user, clears every capability (bounding set included),
 // sets no_new_privs, applies Landlock and seccomp, and forks the command from that same
 // thread, so it inherits the credentials and filters of that thread; this process then
 // stays as the namespace's init (beInit).
@@ -39,8 +40,8 @@ func runExec() error {
 		return errors.New("exec stage: holder did not release the command")
 	}
 	gate.Close()
-	if err := os.WriteFile("/proc/sys/user/max_user_namespaces", []byte("0\n"), 0); err != nil {
-		return fmt.Errorf("forbid nested user namespaces: %w", err)
+	if err := setUserNSMaxima(); err != nil {
+		return err
 	}
 	if err := dropPrivileges(); err != nil {
 		return err
@@ -80,6 +81,69 @@ func runExec() error {
 	beInit(child)
 	return nil
 }
+
+// runSpawn (without cgo) starts a command's exec stage in a fresh user and PID namespace
+// and exits. It runs as the sandbox's host uid, so that the namespace is owned by it rather
+// than by the holder's uid, the host's root: the kernel counts what the sandbox makes per
+// user against the namespace's owner at the host's level (usercounts.go). It waits for the
+// holder's gate (it is in the run's cgroups then, and so is what it starts), maps the
+// namespace's ids (with the capabilities the holder left it), writes the exec stage's pid
+// to spawnPidFD and exits: the exec stage is then the holder's child (orphans go to the
+// PID namespace's init), which waits for it and kills it, as the C holder does.
+func runSpawn() error {
+	if len(os.Args) < 2 {
+		return errors.New("spawn stage: missing config")
+	}
+	var cfg execConfig
+	if err := json.Unmarshal([]byte(os.Args[1]), &cfg); err != nil {
+		return fmt.Errorf("spawn stage: decode config: %w", err)
+	}
+	gate := os.NewFile(3, "gate")
+	var b [1]byte
+	if n, _ := gate.Read(b[:]); n != 1 {
+		return errors.New("spawn stage: holder did not release the command")
+	}
+	gate.Close()
+	open, release, err := os.Pipe() // the exec stage's gate, open once its ids are mapped
+	if err != nil {
+		return fmt.Errorf("spawn stage: %w", err)
+	}
+	if _, err := release.Write([]byte{1}); err != nil {
+		return fmt.Errorf("spawn stage: %w", err)
+	}
+	release.Close()
+	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: cfg.UIDBase, Size: uidRangeSize}}
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{stageExec, os.Args[1]},
+		Env:        os.Environ(),
+		Stdin:      os.Stdin,
+		Stdout:     os.Stdout,
+		Stderr:     os.Stderr,
+		ExtraFiles: []*os.File{open, os.NewFile(execStatusFD, "status")},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
+			UidMappings:                idmap,
+			GidMappings:                idmap,
+			GidMappingsEnableSetgroups: true,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+			Setsid:                     true,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start command: %w", err)
+	}
+	var pid [4]byte
+	binary.NativeEndian.PutUint32(pid[:], uint32(cmd.Process.Pid))
+	if _, err := unix.Write(spawnPidFD, pid[:]); err != nil {
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("spawn stage: report the command's pid: %w", err)
+	}
+	return nil
+}
+
+// spawnPidFD is where the spawn stage writes the exec stage's pid.
+const spawnPidFD = 5
 
 // execStatusFD is where the exec stage, as init, writes the command's wait status.
 const execStatusFD = 4

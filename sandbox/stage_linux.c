@@ -10,9 +10,11 @@
 // The holder is pid 1 of the sandbox's PID namespace and root of the initial user
 // namespace. It carries out the parent's mount plan, then serves run requests on its
 // control socket (descriptor 3) from one poll loop: each command starts in a child cloned
-// into a fresh user and PID namespace, which waits until the holder has mapped its ids and
-// placed it in its cgroups, then drops every privilege, applies Landlock and seccomp, forks
-// the command and stays as that namespace's init (be_init). The holder exits when the
+// into a fresh user and PID namespace (by a short-lived spawner that has taken the
+// sandbox's host uid, so that the namespace is the sandbox's own: see usercounts.go), which
+// waits until the holder has mapped its ids and placed it in its cgroups, sets its
+// namespace's maxima, then drops every privilege, applies Landlock and seccomp, forks the
+// command and stays as that namespace's init (be_init). The holder exits when the
 // parent closes the control socket (or dies: Pdeathsig), and the kernel then kills
 // everything left in the sandbox.
 
@@ -21,6 +23,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <linux/securebits.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
@@ -574,6 +577,25 @@ struct runreq {
 	char **env;
 };
 
+// The user namespace's own maxima of what the kernel counts per user, as userNSMaxima in
+// usercounts.go: no namespaces, a few inotify instances and watches, no fanotify. Written
+// as root of the namespace (the sysctls are the namespace's own); a file the kernel lacks
+// is skipped.
+static void set_userns_maxima(void) {
+	static const struct {
+		const char *name, *value;
+	} t[] = {{"max_user_namespaces", "0"},   {"max_pid_namespaces", "0"},      {"max_uts_namespaces", "0"},
+		 {"max_ipc_namespaces", "0"},    {"max_net_namespaces", "0"},      {"max_mnt_namespaces", "0"},
+		 {"max_cgroup_namespaces", "0"}, {"max_time_namespaces", "0"},     {"max_inotify_instances", "128"},
+		 {"max_inotify_watches", "65536"}, {"max_fanotify_groups", "0"}, {"max_fanotify_marks", "0"}};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		char path[64];
+		snprintf(path, sizeof path, "/proc/sys/user/%s", t[i].name);
+		if (write_file(path, t[i].value, strlen(t[i].value), O_TRUNC | NO_PARENTS) < 0 && errno != ENOENT)
+			die(path, errno);
+	}
+}
+
 static void command(struct runreq *r, int gate, int status, int in, int out, int err) {
 	char b;
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -597,8 +619,7 @@ static void command(struct runreq *r, int gate, int status, int in, int out, int
 		die("setsid", errno);
 	if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0)
 		die("become root of the user namespace", errno);
-	if (write_file("/proc/sys/user/max_user_namespaces", "0\n", 2, O_TRUNC | NO_PARENTS) < 0)
-		die("forbid nested user namespaces", errno);
+	set_userns_maxima();
 	drop_privileges();
 	if (r->dir[0] && chdir(r->dir) < 0) {
 		char m[4200];
@@ -673,6 +694,56 @@ static int parse_run(struct msg *m, struct runreq *r) {
 	return 0;
 }
 
+// spawn starts a run's first process, in a fresh user and PID namespace, as a child of
+// the holder (CLONE_PARENT), from a spawner forked for it that first takes the sandbox's
+// host uid: the kernel makes a user namespace's creator its owner, and counts what the
+// processes in it make per user (inotify, queued signals...) against the owner at the
+// host's level (kernel/ucount.c). The holder's own uid is the host's root. The spawner
+// keeps its capabilities across setresuid (SECBIT_NO_SETUID_FIXUP), as some security
+// modules refuse a user namespace to an unprivileged creator; the child gets a full set in
+// its new namespace and none outside it, whatever its creator had. It returns the child's
+// pid, or -errno.
+static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds) {
+	int rep[2];
+	if (pipe2(rep, O_CLOEXEC) < 0)
+		return -errno;
+	pid_t sp = fork();
+	if (sp < 0) {
+		int e = errno;
+		close(rep[0]);
+		close(rep[1]);
+		return -e;
+	}
+	if (sp == 0) {
+		close(rep[0]);
+		long pid;
+		if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
+		    syscall(SYS_setresgid, sb.uid_base, sb.uid_base, sb.uid_base) < 0 ||
+		    syscall(SYS_setresuid, sb.uid_base, sb.uid_base, sb.uid_base) < 0)
+			pid = -errno;
+		else if ((pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | CLONE_PARENT, NULL, NULL, NULL, NULL)) < 0)
+			pid = -errno;
+		if (pid == 0) {
+			close(rep[1]);
+			close(gate[1]);
+			close(status[0]);
+			command(r, gate[0], status[1], fds[1], fds[2], fds[3]);
+		}
+		(void)!write(rep[1], &pid, sizeof pid);
+		_exit(0);
+	}
+	close(rep[1]);
+	long pid = -EIO;
+	ssize_t n;
+	do
+		n = read(rep[0], &pid, sizeof pid);
+	while (n < 0 && errno == EINTR);
+	close(rep[0]);
+	while (waitpid(sp, NULL, 0) < 0 && errno == EINTR)
+		;
+	return n == sizeof pid ? (pid_t)pid : -EIO;
+}
+
 static void start_run(struct msg *m, int *fds, int nfds) {
 	struct runreq r = {0};
 	int ok = parse_run(m, &r) == 0 && nfds == (r.cgroup_procs ? 5 : 4);
@@ -693,22 +764,15 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		close(gate[1]);
 		goto out;
 	}
-	pid_t pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
-	if (pid < 0) {
-		send_error(conn, 1, "start command", errno);
-		close(gate[0]);
-		close(gate[1]);
-		close(status[0]);
-		close(status[1]);
-		goto out;
-	}
-	if (pid == 0) {
-		close(gate[1]);
-		close(status[0]);
-		command(&r, gate[0], status[1], fds[1], fds[2], fds[3]);
-	}
+	pid_t pid = spawn(&r, gate, status, fds);
 	close(gate[0]);
 	close(status[1]);
+	if (pid < 0) {
+		send_error(conn, 1, "start command", -pid);
+		close(gate[1]);
+		close(status[0]);
+		goto out;
+	}
 	const char *fail = NULL;
 	if (write_idmap(pid, "uid_map") < 0)
 		fail = "map user ids";

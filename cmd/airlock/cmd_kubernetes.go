@@ -127,7 +127,9 @@ func runRemote(ctx context.Context, o sandbox.Options, args []string, report *ho
 		return err // sandbox.New names the sandbox and the step
 	}
 	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	endOutput(stdout, stderr)
 	closeErr := sb.Close(context.Background())
+	warnSweep(sb, stderr)
 	(&postRun{report: report}).writeReport(sb, stderr)
 	if closeErr != nil {
 		// The credential may still be valid, or objects left in the cluster: say so loudly.

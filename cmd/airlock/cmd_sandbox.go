@@ -11,10 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/audit"
@@ -142,7 +144,8 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		}
 	}
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env,
-		AllowAIO: cfg.Sandbox.AllowAIO || sf.allowAIO, ProtectedPaths: cfg.Sandbox.ProtectedPaths}
+		AllowAIO: cfg.Sandbox.AllowAIO || sf.allowAIO, ProtectedPaths: cfg.Sandbox.ProtectedPaths,
+		HiddenPaths: cfg.hiddenPaths(configFile(cmd))}
 	if len(sf.protect) > 0 {
 		if o.ProtectedPaths == nil {
 			o.ProtectedPaths = sandbox.DefaultProtectedPaths
@@ -320,6 +323,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		out.writePatch(sb, os.Stderr)
 	}
 	closeErr := sb.Close(context.Background())
+	warnSweep(sb, os.Stderr)
 	s.telemetry.Metrics().SandboxEnded(spanCtx)
 	errClass := ""
 	if runErr != nil || closeErr != nil {
@@ -342,6 +346,14 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return exitCode(res.ExitCode)
 	}
 	return nil
+}
+
+// configFile is the --config flag's file, "" when none.
+func configFile(cmd *cobra.Command) string {
+	if f := cmd.Flags().Lookup("config"); f != nil {
+		return f.Value.String()
+	}
+	return ""
 }
 
 // hostBounds sets the bounds on host-wide kernel tables and disk from the config and the
@@ -389,15 +401,55 @@ func hostBounds(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, o *sandbox.Op
 
 // commandOutput is where a sandboxed command's output goes: airlock's stdout and stderr,
 // through a filter that drops escape sequences acting beyond the screen (internal/termsafe)
-// unless raw. done ends the filtered streams (an incomplete sequence at the end is dropped).
+// unless raw. done ends both streams (endOutput); it may be called more than once.
 func commandOutput(raw bool) (stdout, stderr io.Writer, done func()) {
-	if raw {
-		return os.Stdout, os.Stderr, func() {}
+	o := &termStream{file: os.Stdout}
+	e := &termStream{file: os.Stderr}
+	if !raw {
+		o.filter, e.filter = termsafe.NewWriter(os.Stdout), termsafe.NewWriter(os.Stderr)
 	}
-	o, e := termsafe.NewWriter(os.Stdout), termsafe.NewWriter(os.Stderr)
-	return o, e, func() {
-		o.Close()
-		e.Close()
+	o.all = []*termsafe.Writer{o.filter, e.filter}
+	e.all = o.all
+	return o, e, func() { endOutput(o, e) }
+}
+
+// termStream is one of airlock's streams as it carries a sandboxed command's output.
+type termStream struct {
+	file   *os.File
+	filter *termsafe.Writer   // nil: raw
+	all    []*termsafe.Writer // the filters of every stream sharing the terminal
+	once   sync.Once
+}
+
+func (t *termStream) Write(p []byte) (int, error) {
+	if t.filter == nil {
+		return t.file.Write(p)
+	}
+	return t.filter.Write(p)
+}
+
+// finish ends the command's output: an incomplete escape sequence is dropped, and a
+// terminal is sent termsafe.Restore, so that what airlock prints next (warnings, the
+// report's and the patch's notes) is seen whatever the command's output left set
+// (concealed text, the alternate screen, another character set).
+func (t *termStream) finish() {
+	t.once.Do(func() {
+		if t.filter != nil {
+			t.filter.Close()
+		}
+		if _, err := unix.IoctlGetTermios(int(t.file.Fd()), unix.TCGETS); err == nil {
+			_, _ = t.file.Write(termsafe.Restore(t.all...))
+		}
+	})
+}
+
+// endOutput ends the command's output on the streams given that carry it (termStream);
+// call it before airlock writes its own lines after the command.
+func endOutput(ws ...io.Writer) {
+	for _, w := range ws {
+		if t, ok := w.(*termStream); ok {
+			t.finish()
+		}
 	}
 }
 
@@ -430,6 +482,17 @@ func (p *postRun) writeReport(sb *sandbox.Sandbox, stderr io.Writer) {
 	if rep.ChangesIncomplete != "" {
 		fmt.Fprintf(stderr, "airlock: --report %s: the change listing is incomplete: %s\n",
 			termsafe.Text(p.report.Path()), termsafe.Text(rep.ChangesIncomplete))
+	}
+}
+
+// warnSweep says loudly, after Close, when the sweep of a read-write workspace could not
+// take away everything the sandbox left there that the host's git would run, read or
+// block on (what it took away is logged as a warning). The exit status stays the
+// command's: the run's contract; the report has it too (sweep_failed).
+func warnSweep(sb *sandbox.Sandbox, stderr io.Writer) {
+	if why := sb.Report().SweepFailed; why != "" {
+		fmt.Fprintf(stderr, "airlock: WARNING: sandbox %s: the workspace sweep could not take away everything the host's git would run, read or block on (%s); check those paths before running git in the workspace\n",
+			sb.ID(), termsafe.Text(why))
 	}
 }
 

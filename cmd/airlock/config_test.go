@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -119,5 +120,70 @@ func TestComposeConfigLoads(t *testing.T) {
 	}
 	if !slices.Contains(cfg.Admin.Hosts, "airlock") {
 		t.Errorf("deploy/airlock.yaml admin.hosts %v: want the compose service name airlock", cfg.Admin.Hosts)
+	}
+}
+
+// TestSecretFilesMustBePrivate: the config refuses a secret file that group or others may
+// read (ssh's rule for private keys: a file of airlock's own user readable by group or
+// others, or one anybody may read whoever owns it), naming the key and its line; a file
+// only its owner reads (or, owned by another user, its group: a secret volume mounted
+// with fsGroup) is taken. The config file, the secret files and $AIRLOCK_HOME are what a
+// sandbox must not read.
+func TestSecretFilesMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("s3cr3t-0123456789-0123456789-0123456789\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for i, tt := range []struct {
+		key, yaml string
+	}{
+		{"approvals.approvers[0].token_file", "approvals:\n  approvers: [{name: oncall, token_file: %s}]\n"},
+		{"proxy.token_key_file", "proxy:\n  token_key_file: %s\n"},
+		{"proxy.issuers[0].token_file", "proxy:\n  issuers: [{name: orch, token_file: %s}]\n"},
+		{"audit.signing_key_file", "audit:\n  signing_key_file: %s\n"},
+		{"vault.auth.secret_id_file", "vault:\n  auth: {method: approle, role_id: r, secret_id_file: %s}\n"},
+		{"credentials.registry.file", "credentials:\n  registry:\n    file: %s\n    inject: {header: X-Token, value: \"{{ .value }}\"}\n"},
+	} {
+		for _, c := range []struct {
+			mode  os.FileMode
+			other bool // owned by another user
+			ok    bool
+		}{{0o644, false, false}, {0o640, false, false}, {0o604, false, false}, {0o600, false, true}, {0o400, false, true},
+			{0o644, true, false}, {0o440, true, true}} {
+			name := fmt.Sprintf("%s-%o-%v", tt.key, c.mode, c.other)
+			p := file(fmt.Sprintf("secret-%d-%o-%v", i, c.mode, c.other), c.mode)
+			if c.other {
+				if os.Geteuid() != 0 {
+					continue
+				}
+				if err := os.Chown(p, 65534, 65534); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfgPath := writeConfig(t, "home: "+dir+"/home\n"+fmt.Sprintf(tt.yaml, p))
+			cfg, _, err := loadWithFlags(t, "--config", cfgPath)
+			if c.ok != (err == nil) {
+				t.Errorf("%s: %v, want accepted %v", name, err, c.ok)
+				continue
+			}
+			if err != nil && (!strings.Contains(err.Error(), tt.key) || !strings.Contains(err.Error(), cfgPath+":")) {
+				t.Errorf("%s: error %q does not name the key and its line", name, err)
+			}
+			if err == nil {
+				hidden := cfg.hiddenPaths(cfgPath)
+				for _, want := range []string{cfgPath, p, dir + "/home"} {
+					if !slices.Contains(hidden, want) {
+						t.Errorf("%s: hidden paths %v lack %s", name, hidden, want)
+					}
+				}
+			}
+		}
 	}
 }

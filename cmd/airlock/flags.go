@@ -74,5 +74,8 @@ func (f *proxyFlags) load(cmd *cobra.Command) (*Config, *keyLines, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, kl.locate(err)
 	}
+	if err := checkSecretFiles(cfg.secretFiles()); err != nil {
+		return nil, nil, kl.locate(err)
+	}
 	return cfg, kl, nil
 }

@@ -110,6 +110,9 @@ func TestDockerHostToolsFilesAreReadOnly(t *testing.T) {
 	if o, code := run(t, s, "cd /workspace && "+e2etest.GitPointerAttacks(pwned)); code != 0 {
 		t.Fatalf("planting git pointers: exit %d\n%s", code, o)
 	}
+	if o, code := run(t, s, "cd /workspace && "+e2etest.GitDirAttacks(pwned)+" && "+e2etest.GitSpecialAttacks); code != 0 {
+		t.Fatalf("planting git directories and FIFOs: exit %d\n%s", code, o)
+	}
 	// The rest of the workspace, git's objects and refs included, stays writable.
 	if o, _ := run(t, s, "cd /workspace && echo x > new-file && touch .git/refs/heads/x.lock && rm .git/refs/heads/x.lock && echo WRITABLE"); !strings.Contains(o, "WRITABLE") {
 		t.Errorf("the workspace is not writable: %s", o)
@@ -117,13 +120,13 @@ func TestDockerHostToolsFilesAreReadOnly(t *testing.T) {
 	if err := s.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range e2etest.SweptPointers {
+	for _, p := range append(slices.Clone(e2etest.SweptPointers), e2etest.SweptGitDirs...) {
 		if !slices.Contains(s.Report().Removed, p) {
 			t.Errorf("%s was not moved aside (removed: %v)", p, s.Report().Removed)
 		}
 	}
 	e2etest.SameSnapshot(t, before, e2etest.Snapshot(t, ws))
-	e2etest.CheckHostGitRunsNothing(t, ws, pwned)
+	e2etest.CheckHostGitRunsNothing(t, ws, pwned, "sub", "m")
 }
 
 // TestDockerFilterKillsForeignABIs reads back the filter runc and libseccomp installed in

@@ -83,6 +83,9 @@ proxy:
   issuers: [{name: e2e, token_file: /state/issuer.token}]
 `, proxyIP, subnet))
 	runCmd(t, exec.Command("chown", "-R", "65532:65532", state))
+	// A secret file only its owner reads (the proxy container's user; root reads it too):
+	// airlock refuses one that others may read.
+	runCmd(t, exec.Command("chmod", "600", filepath.Join(state, "issuer.token")))
 
 	proxyName := "airlock-e2e-proxy-" + randomSuffix()
 	runCmd(t, exec.Command("docker", "run", "-d", "--name", proxyName, "--network", netName, "--ip", proxyIP,

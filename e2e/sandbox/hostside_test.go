@@ -6,11 +6,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 )
@@ -170,5 +175,126 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// openPty opens a pseudo-terminal: the master, and the terminal itself for a child.
+func openPty(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	must(t, err)
+	must(t, unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0))
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	must(t, err)
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	must(t, err)
+	t.Cleanup(func() { m.Close(); s.Close() })
+	return m, s
+}
+
+// TestAirlockLinesAreSeen: output that would hide what airlock prints after it (clearing
+// the scrollback, a full reset, concealed text, the alternate screen, leaving UTF-8) loses
+// the sequences that erase or switch coding, and on a terminal airlock restores the
+// attributes, the screen and the character set before its own lines.
+func TestAirlockLinesAreSeen(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	master, tty := openPty(t)
+	cmd := exec.Command(airlockBinary(t), "sandbox", "run", "--timeout", "3s", "--", "sh", "-c",
+		`printf 'visible\033[?1049h\033[8m\033(0\016\033[3J\033c\033[2J\033%%@hidden'; sleep 60`)
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+t.TempDir())
+	cmd.Stdout, cmd.Stderr = tty, tty
+	must(t, cmd.Start())
+	out := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(master) // EIO once the terminal is closed and drained
+		out <- b
+	}()
+	err := cmd.Wait()
+	tty.Close()
+	got := <-out
+	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 124 {
+		t.Errorf("exit %v, want 124 (timeout)", err)
+	}
+	for _, seq := range []string{"\x1b[3J", "\x1bc", "\x1b%@"} {
+		if bytes.Contains(got, []byte(seq)) {
+			t.Errorf("the terminal got %q: %q", seq, got)
+		}
+	}
+	end := bytes.Index(got, []byte("hidden"))
+	line := bytes.Index(got, []byte("airlock: sandbox"))
+	if end < 0 || line < end {
+		t.Fatalf("the command's output and airlock's timeout line: %q", got)
+	}
+	between := string(got[end:line])
+	for _, want := range []string{"\x1b[0m", "\x1b[?1049l", "\x1b(B\x0f", "\x1b[?25h"} {
+		if !strings.Contains(between, want) {
+			t.Errorf("no %q between the command's output and airlock's line: %q", want, between)
+		}
+	}
+}
+
+// TestAirlockSecretsAreHidden: airlock's config names an approver token and the proxy's
+// credential key. Written with umask 022 (readable by anyone, a sandbox included) they are
+// refused, naming the key; private, they and the config file read nothing inside the
+// sandbox wherever it would see them: under /opt, and in the workspace, whose owner's files
+// the sandbox reads as its own ($AIRLOCK_HOME there too).
+func TestAirlockSecretsAreHidden(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	rt, err := os.MkdirTemp("/opt", "airlock-e2e-rt-") // a host directory sandboxes see
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(rt) })
+	ws := t.TempDir()
+	inWS := filepath.Join(ws, ".airlock")
+	must(t, os.Mkdir(inWS, 0o700))
+	write := func(path, body string, mode os.FileMode) {
+		must(t, os.WriteFile(path, []byte(body), mode))
+		must(t, os.Chmod(path, mode))
+	}
+	config := func(dir string, mode os.FileMode) string {
+		write(filepath.Join(dir, "oncall.token"), "APPROVER-TOKEN-CANARY\n", mode)
+		write(filepath.Join(dir, "token.key"), "HMAC-KEY-CANARY-0123456789abcdef0123456789abcdef\n", mode)
+		p := filepath.Join(dir, "airlock.yaml")
+		write(p, "approvals:\n  approvers: [{name: oncall, token_file: "+filepath.Join(dir, "oncall.token")+"}]\n"+
+			"proxy:\n  token_key_file: "+filepath.Join(dir, "token.key")+"\n", 0o644)
+		return p
+	}
+	run := func(home, cfg, script string) (int, string, string) {
+		cmd := exec.Command(airlockBinary(t), "sandbox", "run", "--config", cfg, "--workspace", ws, "--", "sh", "-c", script)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, stdout.String(), stderr.String()
+	}
+
+	cfg := config(rt, 0o644)
+	code, out, stderr := run(t.TempDir(), cfg, "cat "+rt+"/*")
+	if code == 0 || strings.Contains(out, "CANARY") || !strings.Contains(stderr, "approvals.approvers[0].token_file") || !strings.Contains(stderr, "chmod 600") {
+		t.Errorf("secret files readable by anyone: exit %d, stdout %q, stderr %q; want refused, naming the key", code, out, stderr)
+	}
+	for _, c := range []struct{ name, dir, home string }{
+		{"under /opt", rt, t.TempDir()},
+		{"in the workspace", inWS, filepath.Join(inWS, "home")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := config(c.dir, 0o600)
+			code, out, stderr := run(c.home, cfg, "cat "+c.dir+"/* /workspace/.airlock/* 2>&1; ls -AR /workspace/.airlock/home 2>&1; echo DONE")
+			if code != 0 || !strings.Contains(out, "DONE") {
+				t.Fatalf("exit %d: %s %s", code, out, stderr)
+			}
+			if strings.Contains(out, "CANARY") || strings.Contains(out, "approvers") || strings.Contains(out, "ca-key.pem") {
+				t.Errorf("the sandbox read airlock's config, secrets or home:\n%s", out)
+			}
+		})
 	}
 }

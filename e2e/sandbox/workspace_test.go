@@ -51,6 +51,10 @@ func TestHostToolsFilesAreReadOnly(t *testing.T) {
 			if planted := run(t, s, "cd /workspace && "+e2etest.GitPointerAttacks(pwned)); planted.ExitCode != 0 {
 				t.Fatalf("planting git pointers: exit %d\n%s", planted.ExitCode, planted.Stderr)
 			}
+			if planted := run(t, s, "cd /workspace && "+e2etest.GitDirAttacks(pwned)+" && "+e2etest.GitlinkAttack+" && "+
+				e2etest.GitSpecialAttacks); planted.ExitCode != 0 {
+				t.Fatalf("planting git directories and FIFOs: exit %d\n%s", planted.ExitCode, planted.Stderr)
+			}
 			if mode == sandbox.WorkspaceCoW {
 				changes, err := s.Changes()
 				if err != nil {
@@ -71,7 +75,7 @@ func TestHostToolsFilesAreReadOnly(t *testing.T) {
 			if mode == sandbox.WorkspaceRW {
 				// What git would read where nothing was at start has been moved aside.
 				removed := s.Report().Removed
-				for _, p := range e2etest.SweptPointers {
+				for _, p := range append(slices.Clone(e2etest.SweptPointers), e2etest.SweptGitDirs...) {
 					if !slices.Contains(removed, p) {
 						t.Errorf("%s was not moved aside (removed: %v)", p, removed)
 					}
@@ -81,7 +85,7 @@ func TestHostToolsFilesAreReadOnly(t *testing.T) {
 					t.Errorf("host main is at %q, want the sandbox's commit", got)
 				}
 			}
-			e2etest.CheckHostGitRunsNothing(t, ws, pwned)
+			e2etest.CheckHostGitRunsNothing(t, ws, pwned, "sub", "m")
 		})
 	}
 }

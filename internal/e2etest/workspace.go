@@ -1,14 +1,17 @@
 package e2etest
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The host runs what a read-write workspace holds: git hooks and config, editor tasks.
@@ -18,18 +21,30 @@ import (
 // the suites let a sandbox attack it (HostToolsAttacks) and check the host's copy
 // (Snapshot) and what the host's git runs (CheckHostGitRunsNothing).
 
-// HostGit runs git on the host in dir, with no user or system config.
+// HostGit runs git on the host in dir, with no user or system config; it fails the test
+// when git fails or takes more than a minute (a FIFO where git reads blocks it).
 func HostGit(t testing.TB, dir string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main",
-		"-c", "user.name=host", "-c", "user.email=host@example.com", "-c", "safe.directory=*"}, args...)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
-	out, err := cmd.CombinedOutput()
+	out, err := hostGit(dir, args...)
 	if err != nil {
 		t.Fatalf("git %v in %s: %v\n%s", args, dir, err, out)
 	}
-	return strings.TrimSpace(string(out))
+	return out
+}
+
+func hostGit(dir string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main",
+		"-c", "user.name=host", "-c", "user.email=host@example.com", "-c", "safe.directory=*"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("git did not finish in a minute: %w", ctx.Err())
+	}
+	return strings.TrimSpace(string(out)), err
 }
 
 func writeFile(t testing.TB, path, content string, mode os.FileMode) {
@@ -197,6 +212,39 @@ func GitPointerAttacks(pwned string) string {
 var SweptPointers = []string{".git/commondir", ".git/modules/deps/lib/commondir", "vendor/x/.git/commondir",
 	".git/config.worktree", ".git/worktrees/wt/hooks"}
 
+// GitDirAttacks make, with a shell alone, what the host's git would run where the start's
+// protections could not reach (each was a finding): every predictable name the sweep once
+// moved things aside to, taken (so that a planted .git/commondir would stay); a new
+// repository (sub/) with an fsmonitor in its config; a new submodule git directory under
+// .git/modules with an fsmonitor, and a checkout's .git file pointing at it (m/). Run
+// after GitPointerAttacks. SweptGitDirs must have been moved aside.
+func GitDirAttacks(pwned string) string {
+	monitor := `printf '[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch ` + pwned + `\n'`
+	return strings.Join([]string{
+		"i=0; while [ $i -le 120 ]; do n=.git/commondir.airlock-removed; [ $i -gt 0 ] && n=$n-$i; mkdir -p $n; i=$((i+1)); done",
+		"mkdir -p sub/.git && cp -a .git/objects .git/refs .git/HEAD sub/.git/ && " + monitor + " > sub/.git/config",
+		"mkdir -p .git/modules/m m && cp -a .git/objects .git/refs .git/HEAD .git/modules/m/ && " + monitor +
+			" > .git/modules/m/config && printf '\tworktree = ../../../m\n' >> .git/modules/m/config",
+		"echo 'gitdir: ../.git/modules/m' > m/.git",
+	}, " && ")
+}
+
+// GitlinkAttack adds sub/ to the protected repository's index as a gitlink, so that the
+// host's git status there looks into it (needs git in the sandbox; after GitDirAttacks).
+const GitlinkAttack = "git -c safe.directory='*' update-index --add --cacheinfo 160000,$(git -c safe.directory='*' -C sub rev-parse HEAD),sub"
+
+// GitSpecialAttacks put FIFOs and links where the host's git reads (it would block or
+// follow them): the object alternates, a tag, packed-refs, a branch linked to /dev/zero,
+// in the repository and a submodule's git directory. Run last: git blocks on them inside
+// too.
+const GitSpecialAttacks = "mkfifo .git/objects/info/alternates .git/refs/tags/fifo .git/modules/deps/lib/refs/tags/fifo && " +
+	"rm -f .git/packed-refs && mkfifo .git/packed-refs && ln -s /dev/zero .git/refs/heads/zero"
+
+// SweptGitDirs are the paths GitDirAttacks and GitSpecialAttacks make that the sweep must
+// have moved aside or removed.
+var SweptGitDirs = []string{"sub/.git/config", ".git/modules/m/config", "m/.git", ".git/objects/info/alternates",
+	".git/refs/tags/fifo", ".git/modules/deps/lib/refs/tags/fifo", ".git/packed-refs", ".git/refs/heads/zero"}
+
 // Escaped lists the "ESCAPED: ..." lines of out.
 func Escaped(out string) []string {
 	var e []string
@@ -209,14 +257,20 @@ func Escaped(out string) []string {
 }
 
 // CheckHostGitRunsNothing runs the host's git in each repository of the workspace (status
-// and checkout, which ran the planted hook and fsmonitor in the finding) and checks that
-// nothing the sandbox planted ran.
-func CheckHostGitRunsNothing(t testing.TB, ws, pwned string) {
+// and checkout, which ran the planted hook and fsmonitor in the finding), and status in
+// the extra directories (what GitDirAttacks made: git may refuse them, but must finish),
+// and checks that nothing the sandbox planted ran.
+func CheckHostGitRunsNothing(t testing.TB, ws, pwned string, extra ...string) {
 	t.Helper()
 	for _, dir := range []string{".", "deps/lib", "wt", "vendor/x"} {
 		d := filepath.Join(ws, dir)
 		HostGit(t, d, "status", "--short")
 		HostGit(t, d, "checkout", "-q", "-B", "host-check")
+	}
+	for _, dir := range extra {
+		if out, err := hostGit(filepath.Join(ws, dir), "status", "--short"); err != nil && strings.Contains(err.Error(), "did not finish") {
+			t.Errorf("git status in %s: %v\n%s", dir, err, out)
+		}
 	}
 	if _, err := os.Stat(pwned); err == nil {
 		t.Errorf("the host's git ran something the sandbox planted (%s exists)", pwned)

@@ -6,14 +6,19 @@
 // 0/1/2 set the window title (which other sequences then read back into the terminal's
 // input), OSC 8 makes links, DCS/APC/PM/SOS strings reach the terminal's own extensions
 // (tmux passthrough, sixel, DECRQSS replies typed into the input), CSI ... t moves, resizes
-// and reports the window. Writer drops those and passes everything else (text, colours,
-// cursor movement) unchanged. Text quotes what airlock itself prints (errors, summaries)
-// when it may hold bytes from a sandbox.
+// and reports the window. Some hide what follows or what came before: RIS (ESC c) and CSI 3
+// J clear the scrollback, and ESC % switches the terminal out of UTF-8, after which raw C1
+// bytes that the filter took for parts of UTF-8 characters act as controls (an 8-bit OSC
+// 52). Writer drops those and passes everything else (text, colours, cursor movement)
+// unchanged. Text quotes what airlock itself prints (errors, summaries) when it may hold
+// bytes from a sandbox; Restore is what to send the terminal before printing it, so that
+// it is seen whatever modes the sandbox's output left set.
 package termsafe
 
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -55,6 +60,7 @@ type Writer struct {
 	need int    // utf8Seq: continuation bytes still expected
 	drop int    // str: bytes dropped so far
 	out  []byte
+	alt  string // the alternate-screen mode ("1049", "1047", "47") the output left set, if any
 }
 
 // NewWriter returns a Writer that filters into w.
@@ -124,7 +130,9 @@ func (f *Writer) step(b byte) {
 			f.pend = append(f.pend, b)
 			f.st = escInter
 		case b >= 0x30 && b <= 0x7e:
-			f.out = append(append(f.out, f.pend...), b)
+			if b != 'c' { // RIS: a full reset, which clears the scrollback
+				f.out = append(append(f.out, f.pend...), b)
+			}
 			f.reset()
 		default:
 			// A control or a byte that ends no sequence: the ESC is dropped.
@@ -136,7 +144,9 @@ func (f *Writer) step(b byte) {
 		case b >= 0x20 && b <= 0x2f && len(f.pend) < maxSeq:
 			f.pend = append(f.pend, b)
 		case b >= 0x30 && b <= 0x7e:
-			f.out = append(append(f.out, f.pend...), b)
+			if f.pend[1] != '%' { // ESC % ...: leave UTF-8 (or enter another coding system)
+				f.out = append(append(f.out, f.pend...), b)
+			}
 			f.reset()
 		default:
 			f.reset()
@@ -152,7 +162,7 @@ func (f *Writer) step(b byte) {
 			}
 			f.pend = append(f.pend, b)
 		case b >= 0x40 && b <= 0x7e:
-			if b != 't' { // CSI ... t: window moves, resizes and reports
+			if f.keepCSI(b) {
 				f.out = append(append(f.out, f.pend...), b)
 			}
 			f.reset()
@@ -208,6 +218,63 @@ func (f *Writer) step(b byte) {
 			f.reset()
 		}
 	}
+}
+
+// keepCSI decides on the CSI held in pend, ending with final: CSI ... t (window moves,
+// resizes and reports) and CSI 3 J (erase the scrollback) are dropped; the alternate
+// screen modes are tracked, for Restore.
+func (f *Writer) keepCSI(final byte) bool {
+	params := string(f.pend)
+	switch {
+	case strings.HasPrefix(params, "\x1b["):
+		params = params[2:]
+	case strings.HasPrefix(params, "\xc2\x9b"):
+		params = params[2:]
+	default:
+		params = params[1:] // 0x9b
+	}
+	private := strings.HasPrefix(params, "?")
+	fields := strings.Split(strings.TrimLeft(params, "?<=>"), ";")
+	switch final {
+	case 't':
+		return false
+	case 'J':
+		return !slices.Contains(fields, "3")
+	case 'h', 'l':
+		if !private {
+			break
+		}
+		for _, m := range fields {
+			if m == "1049" || m == "1047" || m == "47" {
+				if final == 'h' {
+					f.alt = m
+				} else {
+					f.alt = ""
+				}
+			}
+		}
+	}
+	return true
+}
+
+// restoreBase is Restore's part that holds whatever the output did: attributes reset (no
+// concealed, blinking or same-colour text), normal video, wrapping at the margin, the
+// cursor shown, no mouse reporting, the G0 character set designated ASCII and invoked.
+const restoreBase = "\x1b[0m\x1b[?5l\x1b[?7h\x1b[?25h\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b(B\x0f"
+
+// Restore returns what to write to a terminal after the output of the given Writers
+// (those sharing it: stdout and stderr), before a program prints its own lines there:
+// restoreBase and, if the output left the terminal on its alternate screen, the way back
+// to the normal one (as it was entered: 1049 also restores the cursor). A nil Writer
+// (unfiltered output) adds nothing but restoreBase.
+func Restore(ws ...*Writer) []byte {
+	b := []byte(restoreBase)
+	for _, w := range ws {
+		if w != nil && w.alt != "" {
+			b = append(b, "\x1b[?"+w.alt+"l"...)
+		}
+	}
+	return b
 }
 
 func (f *Writer) ground(b byte) {

@@ -2,6 +2,7 @@ package termsafe
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -60,6 +61,10 @@ func TestWriter(t *testing.T) {
 		{"trailing partial CSI dropped", "a\x1b[12", "a"},
 		{"trailing partial UTF-8", "a\xe2\x80", "a\ufffd"},
 		{"broken UTF-8", "\xe2\x80a", "\ufffda"},
+		{"RIS dropped", "a\x1bcb", "ab"},
+		{"erase scrollback dropped, erase screen kept", "a\x1b[3Jb\x1b[2J\x1b[Jc\x9b3Jd\x1b[?3J", "ab\x1b[2J\x1b[Jcd"},
+		{"leaving UTF-8 dropped", "a\x1b%@\xed\x9d\x80]52;c;eA==\x07b\x1b%Gc\x1b%8d", "a\xed\x9d\x80]52;c;eA==\x07bcd"},
+		{"charset designations kept", "\x1b(0q\x1b(B\x1b)0", "\x1b(0q\x1b(B\x1b)0"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, sizes := range [][]int{{0}, {1}, {2}, {3, 1}} {
@@ -121,6 +126,9 @@ func checkSafe(t *testing.T, c *chunks) {
 			if c1 >= 0 && c1 != 0x9b {
 				t.Fatalf("C1 control %#x in %q", c1, w)
 			}
+			if b == esc && i+1 < len(w) && (w[i+1] == 'c' || w[i+1] == '%') {
+				t.Fatalf("RIS or a coding system switch (ESC %q) in %q", w[i+1], w)
+			}
 			csiAt := -1
 			switch {
 			case c1 == 0x9b:
@@ -138,6 +146,9 @@ func checkSafe(t *testing.T, c *chunks) {
 				}
 				if w[j] == 't' {
 					t.Fatalf("CSI ... t in %q", w)
+				}
+				if w[j] == 'J' && slices.Contains(strings.Split(strings.TrimLeft(string(w[csiAt:j]), "?<=>"), ";"), "3") {
+					t.Fatalf("CSI 3 J in %q", w)
 				}
 			}
 			i += n
@@ -173,7 +184,8 @@ func allCont(b []byte) bool {
 
 func FuzzWriter(f *testing.F) {
 	for _, s := range []string{"hello", "\x1b]52;c;eA==\x07", "\x1b[1;31mx", "\x9d0;t\x9c", "\xc2\x9d0;t\xc2\x9c",
-		"\x1bP1$r\x1b\\", "\x1b\x1b]0;x\x07", "\u025d\x9b21t", "\xc3\x1b]x"} {
+		"\x1bP1$r\x1b\\", "\x1b\x1b]0;x\x07", "\u025d\x9b21t", "\xc3\x1b]x", "\x1bc", "\x1b[3J", "\x1b[2;3J",
+		"\x1b%@\xed\x9d\x80", "\x1b %G", "\x1b[?1049h\x1b[8m"} {
 		f.Add([]byte(s), uint8(3))
 	}
 	f.Fuzz(func(t *testing.T, in []byte, piece uint8) {
@@ -205,5 +217,31 @@ func TestText(t *testing.T) {
 		if got := Text(tt.in); got != tt.want {
 			t.Errorf("Text(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestRestore: what airlock writes before its own lines undoes what hid them in the
+// finding (concealed text, the alternate screen, another character set, a hidden cursor),
+// and leaves the alternate screen only when the output entered it, as it entered it.
+func TestRestore(t *testing.T) {
+	for _, tt := range []struct{ name, out, alt string }{
+		{"nothing", "hello\n", ""},
+		{"concealed, cleared, line drawing", "\x1b[8m\x1b[2J\x1b(0\x0e\x1b[?25l", ""},
+		{"alternate screen 1049", "\x1b[?1049h\x1b[8m", "\x1b[?1049l"},
+		{"alternate screen 47, among other modes", "\x1b[?1;47;25h", "\x1b[?47l"},
+		{"entered and left", "\x1b[?1049hx\x1b[?1049l", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := NewWriter(&chunks{})
+			w.Write([]byte(tt.out))
+			w.Close()
+			got := string(Restore(w, nil))
+			if !strings.HasPrefix(got, "\x1b[0m") || !strings.Contains(got, "\x1b(B\x0f") || !strings.Contains(got, "\x1b[?25h") {
+				t.Errorf("Restore %q: want SGR 0, G0 ASCII and SI, the cursor shown", got)
+			}
+			if alt := strings.TrimPrefix(got, restoreBase); alt != tt.alt {
+				t.Errorf("after %q: leaves the alternate screen with %q, want %q", tt.out, alt, tt.alt)
+			}
+		})
 	}
 }

@@ -32,16 +32,13 @@ type spec struct {
 // sandbox's internal network ("" means --network none) and resolver the proxy container's
 // address on it.
 // ptsDir is the host directory holding a sandbox's private devpts instance ("" for
-// Docker's own, which has no max: see instance.mountPts).
-func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, ptsDir string) (spec, error) {
+// Docker's own, which has no max: see instance.mountPts). user is the container's uid:gid
+// (userFor).
+func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, ptsDir, user string) (spec, error) {
 	if o.WorkspaceMode == sandbox.WorkspaceCoW && o.Workspace != "" {
 		return spec{}, fmt.Errorf("workspace mode cow: not supported by the docker backend (use rw or ro)")
 	}
 	labels := map[string]string{Label: o.ID, OwnerLabel: b.owner}
-	user, err := b.user(o)
-	if err != nil {
-		return spec{}, err
-	}
 	init := true
 	pids := o.Pids
 	tmp := "rw,nosuid,nodev,size=" + strconv.FormatInt(o.TmpSize, 10) + ",nr_inodes=" + strconv.FormatInt(o.Inodes, 10)
@@ -74,13 +71,24 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 			Memory:    o.Memory,
 			PidsLimit: &pids,
 			NanoCPUs:  int64(o.CPUs * 1e9),
-			Ulimits:   []*container.Ulimit{{Name: "nofile", Soft: o.Nofile, Hard: o.Nofile}},
+			Ulimits: []*container.Ulimit{{Name: "nofile", Soft: o.Nofile, Hard: o.Nofile},
+				// What the kernel counts per user (usercounts.go): a sandbox that writes a
+				// workspace as its owner shares that user's counts.
+				{Name: "sigpending", Soft: sandbox.SigpendingLimit, Hard: sandbox.SigpendingLimit},
+				{Name: "msgqueue", Soft: sandbox.MsgqueueLimit, Hard: sandbox.MsgqueueLimit}},
+			// cgroup v1 counts socket buffers apart from the memory limit.
+			KernelMemoryTCP: sandbox.TCPMemoryLimit(o.Memory),
 		},
 		MaskedPaths:   maskedPaths(),
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
 	if o.Memory > 0 {
 		host.MemorySwap = o.Memory // no swap beyond the memory limit
+	}
+	// Each socket's buffers, in the container's network namespace (namespaced sysctls).
+	host.Sysctls = map[string]string{}
+	for k, v := range sandbox.TCPSysctls {
+		host.Sysctls[k] = v
 	}
 	if network != "" {
 		host.NetworkMode = container.NetworkMode(network)
@@ -94,7 +102,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 	} else {
 		// Docker turns IPv6 off in containers; the proxy's listener needs [::1] on lo as
 		// the native backend has it, so that clients preferring IPv6 find it too.
-		host.Sysctls = map[string]string{"net.ipv6.conf.lo.disable_ipv6": "0"}
+		host.Sysctls["net.ipv6.conf.lo.disable_ipv6"] = "0"
 	}
 	var protections []sandbox.Protection
 	if o.Workspace != "" {
@@ -114,8 +122,8 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 		}
 		protections = prots
 		for _, p := range prots {
-			if p.Absent {
-				continue // nothing to bind: swept when the sandbox ends
+			if !p.Bound() {
+				continue // nothing to bind: for the sweep when the sandbox ends
 			}
 			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeBind,
 				Source: filepath.Join(o.Workspace, filepath.FromSlash(p.Path)),
@@ -137,11 +145,26 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 			Type: mount.TypeBind, Source: caFile, Target: sandbox.CABundlePath, ReadOnly: true,
 		})
 	}
+	// airlock's config and secrets, where a bound host directory would show them: runc
+	// covers each with /dev/null or an empty read-only tmpfs.
+	var binds []sandbox.Bind
+	if o.Workspace != "" {
+		binds = append(binds, sandbox.Bind{Host: o.Workspace, Inside: sandbox.WorkspaceDir})
+	}
+	for _, p := range o.ReadOnlyPaths {
+		binds = append(binds, sandbox.Bind{Host: p, Inside: p})
+	}
+	for _, t := range sandbox.HiddenTargets(o.HiddenPaths, binds) {
+		host.MaskedPaths = append(host.MaskedPaths, t.Inside)
+	}
 	return spec{Name: containerName(o.ID), Config: cfg, Host: host, Network: network, Protections: protections}, nil
 }
 
-// user is the container's uid:gid for o.
-func (b *Backend) user(o sandbox.Options) (string, error) {
+// userFor is the container's uid:gid for o: Options.User when set; the owner of a
+// read-write workspace that root does not own, so that the sandbox writes it as its owner
+// (and shares that user's per-user counts: docs/threat-model.md); else "", for a uid of
+// the sandbox's own (slotUser).
+func (b *Backend) userFor(o sandbox.Options) (string, error) {
 	if b.opts.User != "" {
 		return b.opts.User, nil
 	}
@@ -154,8 +177,18 @@ func (b *Backend) user(o sandbox.Options) (string, error) {
 			return fmt.Sprintf("%d:%d", st.Uid, st.Gid), nil
 		}
 	}
-	return DefaultUser, nil
+	return "", nil
 }
+
+// slotUser is the sandbox user of the host uid range that begins at base (the range's
+// uid 1000, as a native sandbox's user): a uid of no other sandbox and of no user of the
+// host.
+func slotUser(base int) string {
+	return fmt.Sprintf("%d:%d", base+sandboxUID, base+sandboxUID)
+}
+
+// sandboxUID is the sandbox user's uid within its range.
+const sandboxUID = 1000
 
 // checkBind refuses a bind of a Docker socket or of a directory holding one: a sandbox that
 // reaches the daemon owns the host.

@@ -43,7 +43,7 @@ func TestSpecBoundary(t *testing.T) {
 	b := testBackend(t, Options{})
 	ws := t.TempDir()
 	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-1", Workspace: ws, WorkspaceMode: sandbox.WorkspaceRO,
-		Memory: 64 << 20, Pids: 77, CPUs: 1.5, TmpSize: 1 << 20, Nofile: 99, Inodes: 500}, "/state/ca.pem", "", "", "/state/pts")
+		Memory: 64 << 20, Pids: 77, CPUs: 1.5, TmpSize: 1 << 20, Nofile: 99, Inodes: 500}, "/state/ca.pem", "", "", "/state/pts", slotUser(200000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +62,17 @@ func TestSpecBoundary(t *testing.T) {
 		{"memory", h.Memory == 64<<20 && h.MemorySwap == 64<<20},
 		{"pids", h.PidsLimit != nil && *h.PidsLimit == 77},
 		{"cpus", h.NanoCPUs == 1_500_000_000},
-		{"nofile", len(h.Ulimits) == 1 && h.Ulimits[0].Name == "nofile" && h.Ulimits[0].Soft == 99 && h.Ulimits[0].Hard == 99},
+		{"nofile", len(h.Ulimits) == 3 && h.Ulimits[0].Name == "nofile" && h.Ulimits[0].Soft == 99 && h.Ulimits[0].Hard == 99},
+		{"sigpending and msgqueue", h.Ulimits[1].Name == "sigpending" && h.Ulimits[1].Hard == sandbox.SigpendingLimit &&
+			h.Ulimits[2].Name == "msgqueue" && h.Ulimits[2].Hard == sandbox.MsgqueueLimit},
+		{"tcp buffers", h.KernelMemoryTCP == 16<<20 && h.Sysctls["net.ipv4.tcp_rmem"] == sandbox.TCPSysctls["net.ipv4.tcp_rmem"] &&
+			h.Sysctls["net.ipv4.tcp_wmem"] == sandbox.TCPSysctls["net.ipv4.tcp_wmem"]},
 		{"tmpfs inodes", strings.Contains(h.Tmpfs["/tmp"], "nr_inodes=500") && strings.Contains(h.Tmpfs[sandbox.HomeDir], "nr_inodes=500") &&
 			strings.Contains(h.Tmpfs["/dev/shm"], "nr_inodes=500")},
 		{"/proc masked", slices.Contains(h.MaskedPaths, "/proc/cmdline") && slices.Contains(h.MaskedPaths, "/proc/kcore")},
 		{"tmp sized", strings.Contains(h.Tmpfs["/tmp"], "size=1048576")},
-		{"home sized and owned", strings.Contains(h.Tmpfs[sandbox.HomeDir], "size=1048576") && strings.Contains(h.Tmpfs[sandbox.HomeDir], "uid=1000")},
-		{"non-root user", c.User == DefaultUser},
+		{"home sized and owned", strings.Contains(h.Tmpfs[sandbox.HomeDir], "size=1048576") && strings.Contains(h.Tmpfs[sandbox.HomeDir], "uid=201000")},
+		{"the sandbox's own user", c.User == "201000:201000"},
 		{"label", c.Labels[Label] == "sbx-1"},
 		{"name", sp.Name == "airlock-sbx-1"},
 		{"workdir", c.WorkingDir == sandbox.WorkspaceDir},
@@ -95,7 +99,7 @@ func TestSpecBoundary(t *testing.T) {
 
 func TestSpecInternalNetworkAndRW(t *testing.T) {
 	b := testBackend(t, Options{User: "2000:3000", Runtime: "runsc"})
-	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-2", Workspace: t.TempDir(), WorkspaceMode: sandbox.WorkspaceRW, Pids: 5, TmpSize: 10}, "", "airlock-sbx-2", "172.30.0.2", "")
+	sp, err := b.containerSpec(sandbox.Options{ID: "sbx-2", Workspace: t.TempDir(), WorkspaceMode: sandbox.WorkspaceRW, Pids: 5, TmpSize: 10}, "", "airlock-sbx-2", "172.30.0.2", "", "2000:3000")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +139,7 @@ func TestSpecRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := b.containerSpec(tt.o, "", "", "", "")
+			_, err := b.containerSpec(tt.o, "", "", "", "", "201000:201000")
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one mentioning %q", err, tt.want)
 			}
@@ -218,7 +222,7 @@ func TestSpecSeccompProfile(t *testing.T) {
 		} `json:"syscalls"`
 	}) {
 		t.Helper()
-		sp, err := b.containerSpec(o, "", "", "", "")
+		sp, err := b.containerSpec(o, "", "", "", "", "201000:201000")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +267,7 @@ func TestSpecProtectsWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []sandbox.WorkspaceMode{sandbox.WorkspaceRW, sandbox.WorkspaceRO} {
-		sp, err := b.containerSpec(sandbox.Options{ID: "x", Workspace: ws, WorkspaceMode: mode}, "", "", "", "")
+		sp, err := b.containerSpec(sandbox.Options{ID: "x", Workspace: ws, WorkspaceMode: mode}, "", "", "", "", "201000:201000")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,5 +283,47 @@ func TestSpecProtectsWorkspace(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: mounts %q, want %q", mode, got, want)
 		}
+	}
+}
+
+// TestUserFor: a container runs as a uid of the sandbox's own (a reserved range), never a
+// user of the host, unless it writes a workspace that a user (not root) owns: then as that
+// owner. airlock's hidden paths inside the workspace are masked.
+func TestUserFor(t *testing.T) {
+	b := testBackend(t, Options{})
+	owned := t.TempDir()
+	if os.Geteuid() == 0 {
+		if err := os.Chown(owned, 4242, 4343); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		o    sandbox.Options
+		want string
+	}{
+		{"no workspace", sandbox.Options{ID: "x"}, ""},
+		{"read-only workspace", sandbox.Options{ID: "x", Workspace: owned, WorkspaceMode: sandbox.WorkspaceRO}, ""},
+		{"root's read-write workspace", sandbox.Options{ID: "x", Workspace: t.TempDir(), WorkspaceMode: sandbox.WorkspaceRW}, ""},
+		{"a user's read-write workspace", sandbox.Options{ID: "x", Workspace: owned, WorkspaceMode: sandbox.WorkspaceRW}, "4242:4343"},
+	} {
+		if tt.want != "" && os.Geteuid() != 0 {
+			continue
+		}
+		if got, err := b.userFor(tt.o); err != nil || got != tt.want {
+			t.Errorf("%s: %q %v, want %q", tt.name, got, err, tt.want)
+		}
+	}
+	if u := slotUser(100000 + 7*65536); u != "559752:559752" {
+		t.Errorf("slotUser = %q", u)
+	}
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "token"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := b.containerSpec(sandbox.Options{ID: "x", Workspace: ws, HiddenPaths: []string{filepath.Join(ws, "token"), "/etc/airlock.yaml"}},
+		"", "", "", "", slotUser(100000))
+	if err != nil || !slices.Contains(sp.Host.MaskedPaths, "/workspace/token") || slices.Contains(sp.Host.MaskedPaths, "/etc/airlock.yaml") {
+		t.Errorf("masked paths %v (%v): want /workspace/token, not the image's /etc", sp.Host.MaskedPaths, err)
 	}
 }

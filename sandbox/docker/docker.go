@@ -60,7 +60,8 @@ type Options struct {
 	Mode   Mode
 	// User is the container user as uid:gid. Default: the owner of a read-write workspace
 	// when that is not root (so the sandbox can write it, as with the native backend's
-	// id-mapped mount), else DefaultUser. Never root.
+	// id-mapped mount), else a uid of the sandbox's own from a host uid range reserved for
+	// it machine-wide (sandbox.ReserveUIDRange), never a user of the host. Never root.
 	User string
 	// Runtime is an OCI runtime name registered with the daemon (e.g. "runsc"); empty
 	// means the daemon's default.
@@ -84,7 +85,6 @@ type Options struct {
 
 // Defaults.
 const (
-	DefaultUser     = "1000:1000"
 	DefaultStateDir = "/run/airlock/docker"
 	// Label marks every container and network the backend creates; its value is the
 	// sandbox id.

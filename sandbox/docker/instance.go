@@ -2,12 +2,16 @@ package docker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -33,6 +37,7 @@ type instance struct {
 	detach    []func()
 	token     bool // a proxy credential was issued
 	protected []sandbox.Protection
+	freeUIDs  func() // frees the uid range reserved for the sandbox, if one was
 
 	mu        sync.Mutex
 	closed    bool
@@ -45,6 +50,9 @@ var _ sandbox.Instance = (*instance)(nil)
 
 // Create starts a sandbox container for validated options.
 func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.Instance, err error) {
+	if o.Memory == 0 {
+		o.Memory = sandbox.DefaultMemory()
+	}
 	in := &instance{b: b, opts: o, dir: filepath.Join(b.opts.StateDir, o.ID)}
 	defer func() {
 		if err != nil {
@@ -80,7 +88,16 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 	if err != nil {
 		return nil, err
 	}
-	sp, err := b.containerSpec(o, caFile, in.network, resolver, ptsDir)
+	user, err := b.userFor(o)
+	if err != nil {
+		return nil, err
+	}
+	if user == "" {
+		if user, err = in.reserveUser(); err != nil {
+			return nil, err
+		}
+	}
+	sp, err := b.containerSpec(o, caFile, in.network, resolver, ptsDir, user)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +121,9 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 		return nil, fmt.Errorf("container %s is not running after start (does the image have %q?)", sp.Name, b.opts.Idle[0])
 	}
 	in.pid = st.State.Pid
+	if err := in.checkTCPLimit(created.Warnings); err != nil {
+		return nil, err
+	}
 	switch {
 	case b.mode == ModeNetNS && o.Proxy != nil:
 		if err := in.attachProxy(); err != nil {
@@ -178,10 +198,12 @@ func (in *instance) close(ctx context.Context) error {
 	for _, d := range in.detach {
 		d()
 	}
+	removed := true // no process of the sandbox runs any more
 	if in.id != "" {
 		err := in.b.cli.ContainerRemove(ctx, in.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		if err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container: %w", err))
+			removed = false
 		}
 	}
 	if in.network != "" {
@@ -192,7 +214,74 @@ func (in *instance) close(ctx context.Context) error {
 	} else if err := os.RemoveAll(in.dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
 	}
+	if in.freeUIDs != nil && removed {
+		in.freeUIDs()
+	}
 	return errors.Join(errs...)
+}
+
+// reserveUser reserves a host uid range for the sandbox (sandbox.ReserveUIDRange) and
+// returns its user. Where the machine-wide reservations cannot be made (airlock is not
+// root), a range is picked at random, unreserved, and the log says so.
+func (in *instance) reserveUser() (string, error) {
+	base, release, err := sandbox.ReserveUIDRange(in.opts.ID, in.b.opts.StateDir)
+	if errors.Is(err, os.ErrPermission) {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		base = 100000 + (1+int(binary.BigEndian.Uint16(b[:]))%32000)*65536
+		in.b.opts.Logger.Warn("the sandbox's uid range is not reserved machine-wide (airlock is not root): picked at random, it could be another sandbox's",
+			"sandbox", in.opts.ID, "uid", base+sandboxUID)
+		return slotUser(base), nil
+	}
+	if err != nil {
+		return "", err
+	}
+	in.freeUIDs = release
+	return slotUser(base), nil
+}
+
+// checkTCPLimit makes sure, with a local daemon, that the container's cgroup v1 memory
+// group bounds its socket buffers (kmem.tcp, which the daemon may have discarded: its
+// warnings say so), setting it itself if not: the container's init has made no socket yet,
+// and the sandbox's commands start later. Elsewhere the daemon's warnings are logged.
+func (in *instance) checkTCPLimit(warnings []string) error {
+	for _, w := range warnings {
+		in.b.opts.Logger.Warn("docker: "+w, "sandbox", in.opts.ID)
+	}
+	if !in.b.local || in.pid <= 0 {
+		return nil
+	}
+	dir := memoryCgroup(in.pid)
+	if dir == "" {
+		return nil // no v1 memory hierarchy: v2 counts socket buffers in memory.max
+	}
+	want := strconv.FormatInt(sandbox.TCPMemoryLimit(in.opts.Memory), 10)
+	file := filepath.Join(dir, "memory.kmem.tcp.limit_in_bytes")
+	if b, err := os.ReadFile(file); err == nil && strings.TrimSpace(string(b)) == want {
+		return nil
+	}
+	if err := os.WriteFile(file, []byte(want), 0); err != nil {
+		return fmt.Errorf("bound the sandbox's socket buffers (%s): %w", file, err)
+	}
+	return nil
+}
+
+// memoryCgroup is the cgroup v1 memory directory of process pid, "" when none.
+func memoryCgroup(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "memory") {
+			dir := filepath.Join("/sys/fs/cgroup/memory", f[2])
+			if _, err := os.Stat(dir); err == nil {
+				return dir
+			}
+		}
+	}
+	return ""
 }
 
 // mountPts mounts the sandbox's private devpts instance, with at most Options.Ptys

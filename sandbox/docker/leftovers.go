@@ -14,6 +14,8 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/errdefs"
+
+	"github.com/airlock-proxy/airlock/sandbox"
 )
 
 // OwnerLabel names the airlock process that created a container or network:
@@ -70,6 +72,9 @@ func (b *Backend) RemoveLeftovers(ctx context.Context) (int, error) {
 			}
 		}
 	}
+	// The uid ranges of sandboxes whose state directory is gone (removed above, or by
+	// their own Close).
+	sandbox.FreeUIDRanges(b.opts.StateDir)
 	ns, err := b.cli.NetworkList(ctx, network.ListOptions{Filters: f})
 	if err != nil {
 		return n, errors.Join(append(errs, fmt.Errorf("list sandbox networks: %w", err))...)

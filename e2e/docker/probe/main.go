@@ -4,10 +4,17 @@
 //
 //	probe tcp HOST:PORT | udp HOST:PORT | unix PATH | dns NAME | socket FAMILY TYPE [PROTO] | ptrace PID
 //	probe fill fds|ptys MAX [hold]
+//	probe usercounts INSTANCES WATCHES TIMERS [hold]
+//	probe tcpfill CONNECTIONS [hold]
+//	probe limits
 //
 // fill opens files (/dev/null) or pseudo-terminals (/dev/ptmx) until MAX or an error, after
 // trying to raise its open-file limit, prints "AT-BOUND COUNT ERRNO SOFT HARD RAISED" and,
-// with hold, sleeps holding them.
+// with hold, sleeps holding them. usercounts takes inotify instances, then watches, then
+// POSIX timers (each holds a queued signal) until refused or the number given, and prints
+// "AT-BOUND INSTANCES ERRNO WATCHES ERRNO TIMERS ERRNO". tcpfill writes, without reading,
+// into connections over loopback until none takes more and prints "AT-BOUND BYTES". limits
+// prints "LIMITS SIGPENDING-SOFT SIGPENDING-HARD MSGQUEUE-SOFT MSGQUEUE-HARD".
 package main
 
 import (
@@ -15,14 +22,30 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 func main() {
-	if len(os.Args) >= 4 && os.Args[1] == "fill" {
-		fill(os.Args[2], os.Args[3], len(os.Args) > 4 && os.Args[4] == "hold")
+	hold := len(os.Args) > 0 && os.Args[len(os.Args)-1] == "hold"
+	switch {
+	case len(os.Args) >= 4 && os.Args[1] == "fill":
+		fill(os.Args[2], os.Args[3], hold)
+		return
+	case len(os.Args) >= 5 && os.Args[1] == "usercounts":
+		userCounts(atoi(os.Args[2]), atoi(os.Args[3]), atoi(os.Args[4]), hold)
+		return
+	case len(os.Args) >= 3 && os.Args[1] == "tcpfill":
+		tcpFill(atoi(os.Args[2]), hold)
+		return
+	case len(os.Args) == 2 && os.Args[1] == "limits":
+		var sp, mq syscall.Rlimit
+		syscall.Getrlimit(11, &sp) // RLIMIT_SIGPENDING
+		syscall.Getrlimit(12, &mq) // RLIMIT_MSGQUEUE
+		fmt.Println("LIMITS", sp.Cur, sp.Max, mq.Cur, mq.Max)
 		return
 	}
 	if len(os.Args) < 3 {
@@ -118,7 +141,145 @@ func fill(kind, maxArg string, hold bool) {
 	}
 	fmt.Println("AT-BOUND", n, errno, soft, hard, raised)
 	if hold {
-		// pause(2): a timer would need the runtime's epoll descriptor, and none is left.
-		syscall.Syscall(syscall.SYS_PAUSE, 0, 0, 0)
+		pause()
 	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+func errnoOf(err error) int {
+	if e, ok := err.(syscall.Errno); ok {
+		return int(e)
+	}
+	return -1
+}
+
+func pause() {
+	// pause(2): a timer would need the runtime's epoll descriptor, which may be gone.
+	syscall.Syscall(syscall.SYS_PAUSE, 0, 0, 0)
+}
+
+func userCounts(maxInst, maxWatch, maxTimers int, hold bool) {
+	var inst []int
+	errInst := 0
+	for len(inst) < maxInst {
+		fd, err := syscall.InotifyInit1(0)
+		if err != nil {
+			errInst = errnoOf(err)
+			break
+		}
+		inst = append(inst, fd)
+	}
+	dir, _ := os.MkdirTemp("", "watch")
+	per := 1
+	if len(inst) > 0 {
+		per = (maxWatch + len(inst) - 1) / len(inst)
+	}
+	var files []string
+	for i := 0; i < per && i < 4000; i++ {
+		p := filepath.Join(dir, strconv.Itoa(i))
+		f, _ := os.Create(p)
+		f.Close()
+		files = append(files, p)
+	}
+	watches, errWatch := 0, 0
+fill:
+	for _, fd := range inst {
+		for _, p := range files {
+			if watches >= maxWatch {
+				break fill
+			}
+			if _, err := syscall.InotifyAddWatch(fd, p, syscall.IN_MODIFY); err != nil {
+				errWatch = errnoOf(err)
+				break fill
+			}
+			watches++
+		}
+	}
+	// struct sigevent with SIGEV_NONE: each timer still holds a preallocated signal.
+	var ev [64]byte
+	*(*int32)(unsafe.Pointer(&ev[12])) = 1 // sigev_notify = SIGEV_NONE
+	timers, errTimer := 0, 0
+	for timers < maxTimers {
+		var id int32
+		if _, _, e := syscall.Syscall(syscall.SYS_TIMER_CREATE, 1, uintptr(unsafe.Pointer(&ev)), uintptr(unsafe.Pointer(&id))); e != 0 {
+			errTimer = int(e)
+			break
+		}
+		timers++
+	}
+	fmt.Println("AT-BOUND", len(inst), errInst, watches, errWatch, timers, errTimer)
+	if hold {
+		pause()
+	}
+}
+
+func tcpFill(n int, hold bool) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println("listen:", err)
+		os.Exit(1)
+	}
+	var clients []int
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			fmt.Println("dial:", err)
+			os.Exit(1)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			fmt.Println("accept:", err)
+			os.Exit(1)
+		}
+		defer s.Close()
+		f, _ := c.(*net.TCPConn).File() // a blocking-mode duplicate: written with MSG_DONTWAIT
+		clients = append(clients, int(f.Fd()))
+		c.Close()
+	}
+	chunk := make([]byte, 65536)
+	total := 0
+	for round := 0; round < 4; round++ {
+		for _, fd := range clients {
+			for {
+				k, err := syscall.SendmsgN(fd, chunk, nil, nil, syscall.MSG_DONTWAIT)
+				if err != nil || k == 0 {
+					break
+				}
+				total += k
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	rmem, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_rmem")
+	wmem, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem")
+	fmt.Println("AT-BOUND", total, lastField(rmem), lastField(wmem))
+	if hold {
+		pause()
+	}
+}
+
+func lastField(b []byte) string {
+	var f []string
+	cur := ""
+	for _, c := range string(b) {
+		if c == ' ' || c == '\t' || c == '\n' {
+			if cur != "" {
+				f = append(f, cur)
+			}
+			cur = ""
+			continue
+		}
+		cur += string(c)
+	}
+	if cur != "" {
+		f = append(f, cur)
+	}
+	if len(f) == 0 {
+		return ""
+	}
+	return f[len(f)-1]
 }
