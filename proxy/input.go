@@ -8,7 +8,7 @@ import (
 	"github.com/airlock-proxy/airlock/rego"
 )
 
-// hiddenHeaders never reach the policy input (DESIGN.md: values of Authorization, Cookie,
+// hiddenHeaders never reach the policy input (the policy contract: values of Authorization, Cookie,
 // Proxy-Authorization are never in the input).
 var hiddenHeaders = map[string]bool{
 	"Authorization":       true,

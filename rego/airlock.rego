@@ -5,7 +5,7 @@
 #   port only) and every HTTP request ("request" phase: method, scheme, host, port, path, query,
 #   headers). The other files of this package add decision objects to the sets deny, approve
 #   and allow; the strictest wins: any deny beats any approve, which beats any allow. When no
-#   rule matches, the request is denied (default.deny). See DESIGN.md, "Policy contract".
+#   rule matches, the request is denied (default.deny). See docs/architecture.md, "The policy contract".
 #
 #   A decision is {"action": "allow"|"deny"|"approve", "rule": ..., "reason": ...,
 #   "credentials": [...], "tunnel": bool, "approval": {"timeout": "10m"}, "reflects": bool,

@@ -17,7 +17,7 @@ var confusable = []struct {
 	name string
 	a, b func(*Input)
 }{
-	{"query value holding a second pair (issue 21)",
+	{"query value holding a second pair",
 		func(in *Input) { in.Request.Query = map[string][]string{"a": {"1\x03force\x04true"}} },
 		func(in *Input) { in.Request.Query = map[string][]string{"a": {"1"}, "force": {"true"}} }},
 	{"query value holding a second value",
@@ -69,7 +69,7 @@ func TestCacheKeySeparatesConfusableInputs(t *testing.T) {
 	}
 }
 
-// TestDecisionCacheForcePairAttack is issue 21's attack: a request whose query value holds
+// TestDecisionCacheForcePairAttack is the attack that once bypassed the policy: a request whose query value holds
 // the key's separators and "force", allowed and cached, must not answer for a request that
 // really carries force=true, whether the policy denies it or holds it for approval.
 func TestDecisionCacheForcePairAttack(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
-// DecisionQuery is the document the proxy asks for (DESIGN.md, "Policy contract").
+// DecisionQuery is the document the proxy asks for (docs/architecture.md, "The policy contract").
 const DecisionQuery = "data.airlock.decision"
 
 var decisionRef = ast.MustParseRef(DecisionQuery)

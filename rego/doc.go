@@ -1,6 +1,6 @@
 // Package rego is airlock's policy engine and its shipped policy.
 //
-// An Engine evaluates data.airlock.decision (DESIGN.md, "Policy contract") with OPA's
+// An Engine evaluates data.airlock.decision (docs/architecture.md, "The policy contract") with OPA's
 // evaluator: the policy is compiled once, each evaluation gets the input as an AST value built
 // directly from Input (no JSON round trip), and a reload compiles and tests the new policy
 // before it swaps it in atomically, so that a policy that does not compile or whose own

@@ -1,6 +1,6 @@
 package airlock_test
 
-# Inputs in the shape the proxy sends (DESIGN.md, "Policy contract").
+# Inputs in the shape the proxy sends (docs/architecture.md, "The policy contract").
 
 connect(host, port) := {
 	"version": 1,

@@ -80,7 +80,7 @@ func multiValue(m map[string][]string) *ast.Term {
 	return ast.NewTerm(obj)
 }
 
-// ParseInputJSON reads a policy input in the JSON form of DESIGN.md (for `airlock policy eval
+// ParseInputJSON reads a policy input in the JSON form of docs/architecture.md (for `airlock policy eval
 // --input F`). It is strict: unknown fields, trailing data, a version other than 1, an
 // unknown phase or a missing host are errors that name what is wrong.
 func ParseInputJSON(b []byte) (*Input, error) {

@@ -10,7 +10,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/util"
 )
 
-// The example input of DESIGN.md, "Policy contract".
+// The example input of docs/architecture.md, "The policy contract".
 const designInput = `{
   "version": 1,
   "phase": "request",
@@ -51,7 +51,7 @@ func TestParseInputJSON(t *testing.T) {
 }
 
 // The AST input built directly equals the JSON form of Input that policies are written
-// against (DESIGN.md), so skipping the JSON round trip changes nothing for the policy.
+// against (docs/architecture.md), so skipping the JSON round trip changes nothing for the policy.
 func TestInputValueMatchesJSONForm(t *testing.T) {
 	full, err := ParseInputJSON([]byte(designInput))
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// InputVersion is the version of the policy input schema in DESIGN.md.
+// InputVersion is the version of the policy input schema in docs/architecture.md.
 const InputVersion = 1
 
 // Phase says at which point of a request the policy is asked.
@@ -19,7 +19,7 @@ const (
 	PhaseRequest Phase = "request"
 )
 
-// Input is what the policy sees as `input`. Its JSON form is the contract of DESIGN.md.
+// Input is what the policy sees as `input`. Its JSON form is the contract of docs/architecture.md.
 type Input struct {
 	Version int          `json:"version"`
 	Phase   Phase        `json:"phase"`

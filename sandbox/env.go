@@ -8,7 +8,7 @@ import (
 // DefaultPath is PATH inside a sandbox.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// caVariables point common clients at the sandbox's CA bundle. DESIGN.md's list, plus
+// caVariables point common clients at the sandbox's CA bundle. The usual list, plus
 // npm_config_cafile: npm reads no other variable, and outside Debian (whose /etc/npmrc
 // names the system bundle) it would not trust airlock's CA.
 var caVariables = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",

@@ -28,7 +28,7 @@ func runAudit(t *testing.T, args ...string) (string, error) {
 }
 
 // TestAuditVerifyCommand: `airlock audit verify --public-key` passes an intact signed log,
-// fails the forgery of issue 21 (checkpoints dropped, an event deleted, seq and prev
+// fails the forgery an attack produced (checkpoints dropped, an event deleted, seq and prev
 // recomputed) and a cut tail, and without the key calls the log unsigned.
 func TestAuditVerifyCommand(t *testing.T) {
 	dir := t.TempDir()

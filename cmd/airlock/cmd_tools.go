@@ -53,7 +53,7 @@ func newPolicyCmd() *cobra.Command {
 	eval := &cobra.Command{
 		Use:   "eval --input F|-",
 		Short: "Print the decision for one input document",
-		Long:  "Evaluate data.airlock.decision for an input (DESIGN.md's versioned schema) and print the decision JSON. --explain adds OPA's trace.",
+		Long:  "Evaluate data.airlock.decision for an input (the versioned schema of docs/architecture.md) and print the decision JSON. --explain adds OPA's trace.",
 		Example: `  airlock policy eval --policy ./policy --input req.json
   airlock policy eval --input - --explain < req.json`,
 		Args: cobra.NoArgs,

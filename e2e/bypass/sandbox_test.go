@@ -120,7 +120,7 @@ func (d *recordingDecider) last() (rego.Input, int) {
 }
 
 // TestRequestTargetsFromASandbox: curl and Python in a native sandbox send the ambiguous
-// request targets of issue 13.4, and issue 21.1's cache attack, through the real proxy (plain
+// ambiguous request targets, and the decision-cache attack, through the real proxy (plain
 // HTTP and intercepted HTTPS). Each is refused with 400 from rule protocol, or the upstream
 // receives exactly the path and query the policy decided on; the audit event says the same.
 func TestRequestTargetsFromASandbox(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// targetCases: request targets that servers read differently (issue 13.4). Each is refused
+// targetCases: request targets that servers read differently. Each is refused
 // with 400 from rule protocol, or the upstream receives the one canonical form the policy
 // decided on.
 func targetCases(e *env) []attack {

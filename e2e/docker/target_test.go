@@ -55,8 +55,8 @@ decision := {"action": "deny", "rule": "q.privileged", "reason": "admin and forc
 `
 
 // TestRequestTargetsFromAContainer: curl in a Docker sandbox (its proxy listener in the
-// container's own network namespace) sends the ambiguous request targets of issue 13.4 and
-// issue 21.1's cache attack through the real proxy, in plain HTTP and intercepted HTTPS: each
+// container's own network namespace) sends the ambiguous request targets and
+// the decision-cache attack through the real proxy, in plain HTTP and intercepted HTTPS: each
 // is refused with 400 from rule protocol, or the upstream receives the canonical target the
 // policy decided on, and the audit event agrees.
 func TestRequestTargetsFromAContainer(t *testing.T) {
