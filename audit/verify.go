@@ -163,9 +163,7 @@ func (v *verifier) finish() {
 		open = append(open, b)
 	}
 	sort.Slice(open, func(i, j int) bool { return open[i].Seq < open[j].Seq })
-	for _, b := range open[:min(len(open), maxWarnings)] {
-		r.Warnings = append(r.Warnings, b)
-	}
+	r.Warnings = append(r.Warnings, open[:min(len(open), maxWarnings)]...)
 }
 
 // orderFiles sorts paths by the seq of their first line (files without one go last).

@@ -374,5 +374,3 @@ func (p *Proxy) finish(ctx context.Context, st *reqState) error {
 	}
 	return nil
 }
-
-var errNoApprover = errors.New("no approver configured")

@@ -39,7 +39,7 @@ func points(t *testing.T, rd *sdkmetric.ManualReader) map[string]float64 {
 	key := func(name string, set attribute.Set) string {
 		var parts []string
 		for _, kv := range set.ToSlice() {
-			parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+			parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 		}
 		return name + "{" + strings.Join(parts, ",") + "}"
 	}

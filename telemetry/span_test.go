@@ -24,7 +24,7 @@ func recorder(t *testing.T) (*tracetest.SpanRecorder, trace.Tracer) {
 func attrMap(kvs []attribute.KeyValue) map[string]string {
 	m := make(map[string]string, len(kvs))
 	for _, kv := range kvs {
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	return m
 }

@@ -77,6 +77,8 @@ func (s *Set) Authenticate(tok string) (string, bool) {
 }
 
 // ErrMalformed is an Authorization header that is not "Bearer TOKEN".
+//
+//lint:ignore ST1005 the message starts with the header's own name, capitalised as HTTP spells it.
 var ErrMalformed = errors.New(`Authorization header: want "Bearer TOKEN"`)
 
 // FromRequest returns the bearer token of r's Authorization header: ok is false when there

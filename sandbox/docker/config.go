@@ -76,7 +76,10 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 				// workspace as its owner shares that user's counts.
 				{Name: "sigpending", Soft: sandbox.SigpendingLimit, Hard: sandbox.SigpendingLimit},
 				{Name: "msgqueue", Soft: sandbox.MsgqueueLimit, Hard: sandbox.MsgqueueLimit}},
-			// cgroup v1 counts socket buffers apart from the memory limit.
+			// cgroup v1 counts socket buffers apart from the memory limit. Docker deprecates
+			// the field because kernels from 6.12 deprecate v1 TCP accounting; hosts with
+			// cgroup v1 still honour it, and it is the only bound on a v1 host.
+			//lint:ignore SA1019 see above: the only TCP buffer bound on cgroup v1 hosts.
 			KernelMemoryTCP: sandbox.TCPMemoryLimit(o.Memory),
 		},
 		MaskedPaths:   maskedPaths(),

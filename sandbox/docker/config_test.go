@@ -65,6 +65,7 @@ func TestSpecBoundary(t *testing.T) {
 		{"nofile", len(h.Ulimits) == 3 && h.Ulimits[0].Name == "nofile" && h.Ulimits[0].Soft == 99 && h.Ulimits[0].Hard == 99},
 		{"sigpending and msgqueue", h.Ulimits[1].Name == "sigpending" && h.Ulimits[1].Hard == sandbox.SigpendingLimit &&
 			h.Ulimits[2].Name == "msgqueue" && h.Ulimits[2].Hard == sandbox.MsgqueueLimit},
+		//lint:ignore SA1019 asserts the cgroup v1 TCP bound (see config.go).
 		{"tcp buffers", h.KernelMemoryTCP == 16<<20 && h.Sysctls["net.ipv4.tcp_rmem"] == sandbox.TCPSysctls["net.ipv4.tcp_rmem"] &&
 			h.Sysctls["net.ipv4.tcp_wmem"] == sandbox.TCPSysctls["net.ipv4.tcp_wmem"]},
 		{"tmpfs inodes", strings.Contains(h.Tmpfs["/tmp"], "nr_inodes=500") && strings.Contains(h.Tmpfs[sandbox.HomeDir], "nr_inodes=500") &&

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"sync"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/sandbox"
@@ -104,7 +104,7 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 	in.protected = sp.Protections
 	created, err := b.cli.ContainerCreate(ctx, sp.Config, sp.Host, nil, nil, sp.Name)
 	if err != nil {
-		if errdefs.IsConflict(err) {
+		if cerrdefs.IsConflict(err) {
 			return nil, fmt.Errorf("sandbox %s already exists (container %s)", o.ID, sp.Name)
 		}
 		return nil, fmt.Errorf("create container from %s: %w", b.opts.Image, err)
@@ -201,7 +201,7 @@ func (in *instance) close(ctx context.Context) error {
 	removed := true // no process of the sandbox runs any more
 	if in.id != "" {
 		err := in.b.cli.ContainerRemove(ctx, in.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && !errdefs.IsNotFound(err) {
+		if err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container: %w", err))
 			removed = false
 		}

@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"strings"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 )
@@ -61,7 +61,7 @@ func (b *Backend) RemoveLeftovers(ctx context.Context) (int, error) {
 			continue
 		}
 		err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err != nil && !errdefs.IsNotFound(err) {
+		if err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container %s: %w", c.ID[:12], err))
 			continue
 		}
@@ -86,7 +86,7 @@ func (b *Backend) RemoveLeftovers(ctx context.Context) (int, error) {
 		if b.opts.ProxyContainer != "" {
 			_ = b.cli.NetworkDisconnect(ctx, nw.ID, b.opts.ProxyContainer, true)
 		}
-		if err := b.cli.NetworkRemove(ctx, nw.ID); err != nil && !errdefs.IsNotFound(err) {
+		if err := b.cli.NetworkRemove(ctx, nw.ID); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove network %s: %w", nw.Name, err))
 		}
 	}

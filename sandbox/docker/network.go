@@ -7,8 +7,8 @@ import (
 	"net"
 	"strconv"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/errdefs"
 )
 
 // createNetwork makes the sandbox's own internal network (no route off it, no address of
@@ -33,7 +33,7 @@ func (in *instance) createNetwork(ctx context.Context) error {
 		},
 	})
 	if err != nil {
-		if errdefs.IsConflict(err) {
+		if cerrdefs.IsConflict(err) {
 			return fmt.Errorf("sandbox %s already exists (network %s)", in.opts.ID, name)
 		}
 		return fmt.Errorf("create network: %w", err)
@@ -59,11 +59,11 @@ func (in *instance) removeNetwork(ctx context.Context) error {
 	var errs []error
 	if in.joined {
 		err := in.b.cli.NetworkDisconnect(ctx, in.network, in.b.opts.ProxyContainer, true)
-		if err != nil && !errdefs.IsNotFound(err) {
+		if err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("disconnect proxy container: %w", err))
 		}
 	}
-	if err := in.b.cli.NetworkRemove(ctx, in.network); err != nil && !errdefs.IsNotFound(err) {
+	if err := in.b.cli.NetworkRemove(ctx, in.network); err != nil && !cerrdefs.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("remove network %s: %w", in.network, err))
 	}
 	return errors.Join(errs...)
