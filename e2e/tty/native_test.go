@@ -5,10 +5,10 @@ package tty_test
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"syscall"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
