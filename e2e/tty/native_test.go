@@ -18,7 +18,7 @@ import (
 func TestFullScreenProgramDraws(t *testing.T) {
 	tm := newTerm(t, 100, 30)
 	tm.saveSettings()
-	tm.typeLine(`$AIRLOCK sandbox run -- vi /tmp/notes; echo "vi-status=$?"`)
+	tm.typeLine(`$AIRLOCK sandbox run -- vi /tmp/notes; echo "vi-""status=$?"`)
 	tm.waitFor("~") // vi's empty lines: it drew a full screen
 	tm.keys("i")
 	tm.tmux("send-keys", "-t", "e2e", "-l", "typed-in-vi")
@@ -40,8 +40,18 @@ func TestFullScreenProgramDraws(t *testing.T) {
 func TestTerminalInside(t *testing.T) {
 	tm := newTerm(t, 100, 30)
 	tm.saveSettings()
-	script := `tty; stty size; trap 'echo "resized $(stty size)"' WINCH; trap 'echo inner-interrupted; exit 3' INT; echo ready; while :; do sleep 0.1; done`
-	tm.typeLine(`$AIRLOCK sandbox run --id sbx-tty-e2e -- sh -c '` + script + `'; echo "status=$?"; ls /run/airlock/sandboxes/sbx-tty-e2e 2>&1 | head -1`)
+	ws := t.TempDir()
+	os.Chmod(ws, 0o755)
+	script := `tty; stty size
+trap 'echo "resized $(stty size)"' WINCH
+trap 'echo inner-interrupted; exit 3' INT
+echo ready
+while :; do sleep 0.1; done
+`
+	if err := os.WriteFile(filepath.Join(ws, "inside.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tm.typeLine(`$AIRLOCK sandbox run --id sbx-tty-e2e --workspace ` + ws + `:ro -- sh /workspace/inside.sh; echo "stat""us=$?"; test -e /run/airlock/sandboxes/sbx-tty-e2e && echo "state-""left" || echo "state-""gone"`)
 	s := tm.waitFor("ready")
 	if !strings.Contains(s, "/dev/pts/0") || !strings.Contains(s, "30 100") {
 		t.Errorf("want the sandbox's first terminal at the host's size 30×100:\n%s", s)
@@ -49,11 +59,11 @@ func TestTerminalInside(t *testing.T) {
 	tm.tmux("resize-window", "-t", "e2e", "-x", "70", "-y", "20")
 	tm.waitFor("resized 20 70")
 	tm.keys("C-c")
-	s = tm.waitFor("status=")
+	s = tm.waitFor("state-")
 	if !strings.Contains(s, "inner-interrupted") || !strings.Contains(s, "status=3") {
 		t.Errorf("Ctrl-C: want the command's INT trap and airlock exiting with its status 3:\n%s", s)
 	}
-	if !strings.Contains(s, "No such file or directory") {
+	if !strings.Contains(s, "state-gone") {
 		t.Errorf("the sandbox's state was not removed: airlock did not clean up:\n%s", s)
 	}
 	tm.settingsSame("after Ctrl-C")
@@ -65,12 +75,12 @@ func TestTerminalInside(t *testing.T) {
 func TestJobControlInAShell(t *testing.T) {
 	tm := newTerm(t, 100, 30)
 	tm.saveSettings()
-	tm.typeLine(`$AIRLOCK sandbox run -it -- env PS1='inner$ ' bash --norc -i; echo "bash-status=$?"`)
+	tm.typeLine(`$AIRLOCK sandbox run -it -- env PS1='in''ner$ ' bash --norc -i; echo "bash-""status=$?"`)
 	tm.waitFor("inner$ ")
 	tm.typeLine("sleep 30")
 	tm.keys("C-z")
 	tm.waitFor("Stopped")
-	tm.typeLine("jobs; kill %1; echo killed-job")
+	tm.typeLine(`jobs; kill %1; echo "killed""-job"`)
 	tm.waitFor("killed-job")
 	tm.typeLine("exit 5")
 	s := tm.waitFor("bash-status=")
@@ -106,7 +116,7 @@ except OSError as e:
 		t.Fatal(err)
 	}
 	tm.saveSettings()
-	tm.typeLine(`$AIRLOCK sandbox run --workspace ` + ws + `:ro -- sh -c 'python3 /workspace/sti.py; read -r line; echo "sandbox-read:[$line]"'; echo "sti-status=$?"`)
+	tm.typeLine(`$AIRLOCK sandbox run --workspace ` + ws + `:ro -- sh -c 'python3 /workspace/sti.py; read -r line; echo "sandbox-read:[$line]"'; echo "sti-""status=$?"`)
 	s := tm.waitFor("sti-status=")
 	pushed := strings.Contains(s, "pushed")
 	if pushed && !strings.Contains(s, "sandbox-read:[echo INJECTED-$((6*7))]") {
@@ -115,8 +125,8 @@ except OSError as e:
 	if !pushed && !strings.Contains(s, "TIOCSTI refused") {
 		t.Fatalf("the probe did not run:\n%s", s)
 	}
-	tm.typeLine("echo after-airlock")
-	s = tm.waitFor("after-airlock\n")
+	tm.typeLine(`echo "after""-airlock"`)
+	s = tm.waitFor("after-airlock")
 	if strings.Contains(s, "INJECTED-42") {
 		t.Errorf("the sandbox's TIOCSTI reached the host shell:\n%s", s)
 	}
@@ -144,7 +154,7 @@ func TestTerminalRestoredOnEveryWayOut(t *testing.T) {
 		t.Errorf("crashed command: status %s, want 139:\n%s", st, tm.screen())
 	}
 	tm.settingsSame("after a crashed command")
-	tm.typeLine(`$AIRLOCK sandbox run -- sh -c 'echo running; sleep 60'; echo "term-status=$?"`)
+	tm.typeLine(`$AIRLOCK sandbox run -- sh -c 'echo running; sleep 60'; echo "term-""status=$?"`)
 	tm.waitFor("running")
 	shell, err := strconv.Atoi(strings.TrimSpace(tm.tmux("display-message", "-p", "-t", "e2e", "#{pane_pid}")))
 	if err != nil {

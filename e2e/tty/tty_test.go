@@ -110,8 +110,10 @@ func (tm *term) screen() string {
 func (tm *term) waitFor(want string) string {
 	tm.t.Helper()
 	var s string
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	start := time.Now()
+	for deadline := start.Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if s = tm.screen(); strings.Contains(s, want) {
+			tm.t.Logf("%q after %v", want, time.Since(start).Round(time.Millisecond))
 			return s
 		}
 	}
