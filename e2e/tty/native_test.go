@@ -173,3 +173,29 @@ func TestTerminalRestoredOnEveryWayOut(t *testing.T) {
 	}
 	tm.settingsSame("after SIGTERM to airlock")
 }
+
+// TestOSC52FilteredOnTheTerminal: a clipboard write (OSC 52) from the sandbox's terminal
+// does not reach the host terminal (tmux, told to take OSC 52 into a paste buffer, gets
+// none); with --raw-output it does: the test can fail.
+func TestOSC52FilteredOnTheTerminal(t *testing.T) {
+	tm := newTerm(t, 100, 30)
+	ws := t.TempDir()
+	os.Chmod(ws, 0o755)
+	// "osc52-canary" in base64; the sequence is split across writes as a program may.
+	script := "printf '\\033]52;c;b3NjNTIt'; sleep 0.1; printf 'Y2FuYXJ5\\007'; echo drawn\n"
+	if err := os.WriteFile(filepath.Join(ws, "osc52.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st := tm.run(`$AIRLOCK sandbox run -t --workspace ` + ws + `:ro -- sh /workspace/osc52.sh`); st != "0" {
+		t.Fatalf("status %s:\n%s", st, tm.screen())
+	}
+	if b := tm.tmux("list-buffers"); strings.TrimSpace(b) != "" {
+		t.Errorf("the sandbox wrote the host terminal's clipboard: buffers %q", b)
+	}
+	if st := tm.run(`$AIRLOCK sandbox run -t --raw-output --workspace ` + ws + `:ro -- sh /workspace/osc52.sh`); st != "0" {
+		t.Fatalf("status %s:\n%s", st, tm.screen())
+	}
+	if b := tm.tmux("show-buffer"); b != "osc52-canary" {
+		t.Errorf("with --raw-output the clipboard write should pass (the control): buffer %q", b)
+	}
+}

@@ -84,6 +84,11 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 		}
 		copied <- err
 	}()
+	if cmd.TTY != nil && opts.ConsoleSize != nil {
+		// Engines before API 1.42 ignore the exec's ConsoleSize: the size follows the
+		// start, as the docker CLI sends it.
+		in.resizeExec(ex.ID, cmd.TTY.Size)
+	}
 	if cmd.TTY != nil && cmd.TTY.Resize != nil {
 		stop := make(chan struct{})
 		defer close(stop)
@@ -144,12 +149,24 @@ func (in *instance) resizeLoop(execID string, sizes <-chan sandbox.WindowSize, s
 			if !ok {
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = in.b.cli.ContainerExecResize(ctx, execID, container.ResizeOptions{Height: uint(s.Rows), Width: uint(s.Cols)})
-			cancel()
+			in.resizeExec(execID, s)
 		case <-stop:
 			return
 		}
+	}
+}
+
+// resizeExec sets the exec's terminal size, trying again briefly while the daemon has
+// not yet started its process.
+func (in *instance) resizeExec(execID string, s sandbox.WindowSize) {
+	for try := 0; try < 10; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := in.b.cli.ContainerExecResize(ctx, execID, container.ResizeOptions{Height: uint(s.Rows), Width: uint(s.Cols)})
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
