@@ -59,6 +59,12 @@ a seccomp filter and cgroup limits. The environment is built, not inherited: pro
 variables, PATH, HOME, LANG and what --env adds. The proxy flags mean what they mean for
 'airlock proxy'; the shipped policy applies unless --policy says otherwise.
 
+With a terminal (-t, or stdin and stdout both terminals, unless -T), CMD runs on a
+pseudo-terminal of the sandbox's own private devpts, never the host's, with job control;
+airlock's terminal is in raw mode while it runs (keys such as Ctrl-C reach CMD's
+foreground process group inside) and is restored on every way out; its size follows
+SIGWINCH; stdout and stderr are then one stream.
+
 Exits with CMD's exit status (124 on timeout; 128+n when signal n, SIGINT, SIGTERM or
 SIGHUP, stopped airlock). On exit the sandbox's Vault leases are revoked and everything it
 made is removed.
@@ -71,6 +77,10 @@ sandbox.kubernetes.kubeconfig, $KUBECONFIG, ~/.kube/config or the pod's service 
 The proxy flags do not apply there; the in-cluster proxy's config does.`,
 		Example: `  # an allowed package index read, then a refused host
   airlock sandbox run -- sh -c 'curl -sS https://proxy.golang.org/golang.org/x/net/@v/list | tail -3; curl -sS https://example.com/'
+
+  # an interactive shell on a terminal of the sandbox's own (-t is the default when
+  # stdin and stdout are terminals; -T keeps pipes)
+  airlock sandbox run -it --workspace .:cow -- bash -i
 
   # a project checkout, copy-on-write, with limits and a report
   airlock sandbox run --workspace ./repo:cow --memory 512M --pids 256 --timeout 2m \
