@@ -51,7 +51,7 @@ while :; do sleep 0.1; done
 	if err := os.WriteFile(filepath.Join(ws, "inside.sh"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tm.typeLine(`$AIRLOCK sandbox run --id sbx-tty-e2e --workspace ` + ws + `:ro -- sh /workspace/inside.sh; echo "stat""us=$?"; test -e /run/airlock/sandboxes/sbx-tty-e2e && echo "state-""left" || echo "state-""gone"`)
+	tm.typeLine(`$AIRLOCK sandbox run --id sbx-tty-e2e --workspace ` + ws + `:ro -- sh /workspace/inside.sh; echo "stat""us=$?"; test -e /run/airlock/sandboxes/sbx-tty-e2e && echo "sta""te-left" || echo "sta""te-gone"`)
 	s := tm.waitFor("ready")
 	if !strings.Contains(s, "/dev/pts/0") || !strings.Contains(s, "30 100") {
 		t.Errorf("want the sandbox's first terminal at the host's size 30×100:\n%s", s)
@@ -59,7 +59,8 @@ while :; do sleep 0.1; done
 	tm.tmux("resize-window", "-t", "e2e", "-x", "70", "-y", "20")
 	tm.waitFor("resized 20 70")
 	tm.keys("C-c")
-	s = tm.waitFor("state-")
+	tm.waitFor("status=")
+	s = tm.waitFor("state-gone")
 	if !strings.Contains(s, "inner-interrupted") || !strings.Contains(s, "status=3") {
 		t.Errorf("Ctrl-C: want the command's INT trap and airlock exiting with its status 3:\n%s", s)
 	}
@@ -77,6 +78,7 @@ func TestJobControlInAShell(t *testing.T) {
 	tm.saveSettings()
 	tm.typeLine(`$AIRLOCK sandbox run -it -- env PS1='in''ner$ ' bash --norc -i; echo "bash-""status=$?"`)
 	tm.waitFor("inner$ ")
+	tm.sync()
 	tm.typeLine("sleep 30")
 	tm.keys("C-z")
 	tm.waitFor("Stopped")

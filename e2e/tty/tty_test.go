@@ -143,3 +143,18 @@ func (tm *term) settingsSame(when string) {
 		tm.t.Errorf("%s: the host terminal's settings changed (cmp status %s):\n%s", when, st, tm.screen())
 	}
 }
+
+// sync types a line until its output shows: an interactive shell may drop what was typed
+// before its line editor took the terminal (bash does, at start).
+func (tm *term) sync() {
+	tm.t.Helper()
+	for try := 0; try < 30; try++ {
+		tm.typeLine(`echo "sy""nced"`)
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if strings.Contains(tm.screen(), "synced") {
+				return
+			}
+		}
+	}
+	tm.t.Fatalf("the shell never ran a typed line:\n%s", tm.screen())
+}
