@@ -118,10 +118,10 @@ func parseSetup(f [][]byte) (*setupMessage, error) {
 }
 
 func parseRun(f [][]byte) (*runRequest, error) {
-	if len(f) < 5 || string(f[0]) != "run" {
+	if len(f) < 6 || string(f[0]) != "run" {
 		return nil, errors.New("malformed run request")
 	}
-	r := &runRequest{Dir: string(f[1]), CgroupProcs: string(f[2]) == "1"}
+	r := &runRequest{Dir: string(f[1]), CgroupProcs: string(f[2]) == "1", TTY: string(f[3]) == "1"}
 	strs := func(b [][]byte) []string {
 		s := make([]string, len(b))
 		for i := range b {
@@ -129,12 +129,12 @@ func parseRun(f [][]byte) (*runRequest, error) {
 		}
 		return s
 	}
-	n, err := strconv.Atoi(string(f[3]))
-	if err != nil || n < 1 || n >= len(f)-4 {
+	n, err := strconv.Atoi(string(f[4]))
+	if err != nil || n < 1 || n >= len(f)-5 {
 		return nil, errors.New("malformed run request")
 	}
-	r.Args = strs(f[4 : 4+n])
-	rest := f[4+n:]
+	r.Args = strs(f[5 : 5+n])
+	rest := f[5+n:]
 	w, err := strconv.Atoi(string(rest[0]))
 	if err != nil || w < 0 || w > len(rest)-1 {
 		return nil, errors.New("malformed run request")
@@ -263,6 +263,7 @@ type execConfig struct {
 	Landlock landlockRules `json:"landlock"`
 	Seccomp  []byte        `json:"seccomp"`
 	UIDBase  int           `json:"uid_base"` // the sandbox's host uid range (for runSpawn)
+	TTY      bool          `json:"tty"`      // stdin is the command's controlling terminal
 }
 
 func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
@@ -306,7 +307,7 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 	defer pidR.Close()
 	defer pidW.Close()
 	ec, err := json.Marshal(execConfig{Args: req.Args, Dir: req.Dir, Writable: req.Writable,
-		Landlock: setup.Landlock, Seccomp: setup.Seccomp, UIDBase: setup.UIDBase})
+		Landlock: setup.Landlock, Seccomp: setup.Seccomp, UIDBase: setup.UIDBase, TTY: req.TTY})
 	if err != nil {
 		fail("encode exec stage", err)
 		return

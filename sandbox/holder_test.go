@@ -125,12 +125,13 @@ func TestHolderAnswersAMalformedRunOnItsConnection(t *testing.T) {
 		return b
 	}
 	for name, bad := range map[string][][]byte{
-		"no arguments":            f("run", "/", "0", "0", "0"),
-		"argument count too big":  f("run", "/", "0", "9223372036854775807", "sh", "0"),
-		"negative argument count": f("run", "/", "0", "-1", "sh", "0"),
-		"writable count too big":  f("run", "/", "0", "1", "sh", "9223372036854775807", "/tmp"),
-		"no writable count":       f("run", "/", "0", "1", "sh"),
-		"missing cgroup":          f("run", "/", "1", "1", "true", "0"),
+		"no arguments":            f("run", "/", "0", "0", "0", "0"),
+		"no tty flag":             f("run", "/", "0", "1", "sh", "0"),
+		"argument count too big":  f("run", "/", "0", "0", "9223372036854775807", "sh", "0"),
+		"negative argument count": f("run", "/", "0", "0", "-1", "sh", "0"),
+		"writable count too big":  f("run", "/", "0", "0", "1", "sh", "9223372036854775807", "/tmp"),
+		"no writable count":       f("run", "/", "0", "0", "1", "sh"),
+		"missing cgroup":          f("run", "/", "1", "0", "1", "true", "0"),
 	} {
 		connParent, connChild, err := seqpacketPair()
 		if err != nil {

@@ -202,6 +202,9 @@ type Command struct {
 	Stderr      io.Writer
 	OutputLimit int           // bytes of each stream kept in Result; 0 means DefaultOutputLimit
 	Timeout     time.Duration // overrides Options.Timeout when positive
+	// TTY runs the command on a pseudo-terminal of the sandbox's own (see TTY); nil means
+	// pipes. Backends without terminals refuse it (ErrNoTTY).
+	TTY *TTY
 }
 
 // Result is the outcome of one Run.

@@ -47,13 +47,16 @@ type holderReply struct {
 
 // runRequest asks the holder to start one command. Its file descriptors, in order: the run
 // connection, stdin, stdout, stderr and, when CgroupProcs is set, a v2 cgroup.procs file.
-// Fields: "run", dir, cgroup-procs flag, argument count, arguments, writable-directory
-// count, writable directories, then the environment.
+// Fields: "run", dir, cgroup-procs flag, tty flag, argument count, arguments,
+// writable-directory count, writable directories, then the environment. With TTY, stdin
+// is a terminal (the slave of one of the sandbox's own) that the command takes as its
+// controlling terminal, in a session of its own.
 type runRequest struct {
 	Args        []string
 	Env         []string
 	Dir         string
 	CgroupProcs bool
+	TTY         bool
 	Writable    []string
 }
 
@@ -109,11 +112,13 @@ func (m *setupMessage) fields() [][]byte {
 }
 
 func (r *runRequest) fields() [][]byte {
-	cg := "0"
-	if r.CgroupProcs {
-		cg = "1"
+	flag := func(b bool) []byte {
+		if b {
+			return []byte("1")
+		}
+		return []byte("0")
 	}
-	f := [][]byte{[]byte("run"), []byte(r.Dir), []byte(cg), num(int64(len(r.Args)))}
+	f := [][]byte{[]byte("run"), []byte(r.Dir), flag(r.CgroupProcs), flag(r.TTY), num(int64(len(r.Args)))}
 	for _, a := range r.Args {
 		f = append(f, []byte(a))
 	}

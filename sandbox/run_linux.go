@@ -49,7 +49,12 @@ func (in *nativeInstance) run(ctx context.Context, cmd Command, n int) (Result, 
 	in.cg.resetPeaks()
 	oomBefore := in.cg.oomKills()
 
-	st, err := newStdio(cmd)
+	var st *stdio
+	if cmd.TTY != nil {
+		st, err = in.newTTYStdio(cmd)
+	} else {
+		st, err = newStdio(cmd)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -60,7 +65,7 @@ func (in *nativeInstance) run(ctx context.Context, cmd Command, n int) (Result, 
 	}
 	defer connParent.Close()
 	files := []*os.File{connChild, st.stdinR, st.stdoutW, st.stderrW}
-	req := runRequest{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Writable: in.writable()}
+	req := runRequest{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Writable: in.writable(), TTY: cmd.TTY != nil}
 	if runDir != "" {
 		procs, err := os.OpenFile(filepath.Join(runDir, "cgroup.procs"), os.O_WRONLY, 0)
 		if err != nil {
@@ -89,6 +94,11 @@ func (in *nativeInstance) run(ctx context.Context, cmd Command, n int) (Result, 
 	}
 	res := Result{Start: time.Now()}
 	st.copy()
+	if cmd.TTY != nil && cmd.TTY.Resize != nil {
+		stop := make(chan struct{})
+		defer close(stop) // before st.closeAll
+		go resizeLoop(st.master, cmd.TTY.Resize, stop)
+	}
 
 	conn := int(connParent.Fd())
 	msgs := make(chan runMessage, 2)
@@ -180,11 +190,13 @@ func (in *nativeInstance) writable() []string {
 	return w
 }
 
-// stdio is the parent's side of one run's standard streams.
+// stdio is the parent's side of one run's standard streams: three pipes, or a terminal
+// (master) whose slave is all three.
 type stdio struct {
 	stdinR, stdinW   *os.File
 	stdoutR, stdoutW *os.File
 	stderrR, stderrW *os.File
+	master           *os.File // with a TTY: stdinW and stdoutR
 	stdin            io.Reader
 	stdout, stderr   *output.Capture
 	done             chan struct{}
@@ -192,12 +204,7 @@ type stdio struct {
 }
 
 func newStdio(cmd Command) (*stdio, error) {
-	limit := cmd.OutputLimit
-	if limit <= 0 {
-		limit = DefaultOutputLimit
-	}
-	st := &stdio{stdin: cmd.Stdin, stdout: &output.Capture{W: cmd.Stdout, Limit: limit},
-		stderr: &output.Capture{W: cmd.Stderr, Limit: limit}, done: make(chan struct{}, 3)}
+	st := newCaptures(cmd)
 	var err error
 	if cmd.Stdin == nil {
 		st.stdinR, err = os.Open(os.DevNull)
@@ -217,17 +224,66 @@ func newStdio(cmd Command) (*stdio, error) {
 	return st, nil
 }
 
+// newCaptures is a stdio with no files yet: what captures cmd's output.
+func newCaptures(cmd Command) *stdio {
+	limit := cmd.OutputLimit
+	if limit <= 0 {
+		limit = DefaultOutputLimit
+	}
+	return &stdio{stdin: cmd.Stdin, stdout: &output.Capture{W: cmd.Stdout, Limit: limit},
+		stderr: &output.Capture{W: cmd.Stderr, Limit: limit}, done: make(chan struct{}, 3)}
+}
+
+// newTTYStdio gives the run a terminal of the sandbox's devpts (see TTY).
+func (in *nativeInstance) newTTYStdio(cmd Command) (*stdio, error) {
+	master, slave, err := openPty(in.holder.Process.Pid, in.uidBase+sandboxUID, in.uidBase+sandboxGID, cmd.TTY.Size)
+	if err != nil {
+		return nil, err
+	}
+	st := newCaptures(cmd)
+	st.master = master
+	st.stdinR, st.stdoutW, st.stderrW = slave, slave, slave
+	st.stdoutR, st.stderrR = master, nil
+	if cmd.Stdin != nil {
+		st.stdinW = master
+	}
+	return st, nil
+}
+
+// resizeLoop passes sizes to the terminal until stop.
+func resizeLoop(master *os.File, sizes <-chan WindowSize, stop <-chan struct{}) {
+	for {
+		select {
+		case s, ok := <-sizes:
+			if !ok {
+				return
+			}
+			_ = setPtySize(master, s)
+		case <-stop:
+			return
+		}
+	}
+}
+
 func (st *stdio) copy() {
 	if st.stdinW != nil {
 		go func() {
 			_, _ = io.Copy(st.stdinW, st.stdin)
-			st.stdinW.Close()
+			if st.master == nil {
+				// A pipe's end is the command's end of input; a terminal's input has
+				// none (the EOF character is the typist's), and closing the master
+				// would hang the terminal up.
+				st.stdinW.Close()
+			}
 		}()
 	}
 	for _, p := range []struct {
 		r *os.File
 		c *output.Capture
 	}{{st.stdoutR, st.stdout}, {st.stderrR, st.stderr}} {
+		if p.r == nil {
+			continue
+		}
 		st.pending++
 		go func() {
 			_, _ = io.Copy(p.c, p.r)
@@ -250,5 +306,5 @@ func (st *stdio) closeChildEnds() {
 }
 
 func (st *stdio) closeAll() {
-	closeFiles([]*os.File{st.stdinR, st.stdinW, st.stdoutW, st.stderrW, st.stdoutR, st.stderrR})
+	closeFiles([]*os.File{st.stdinR, st.stdinW, st.stdoutW, st.stderrW, st.stdoutR, st.stderrR, st.master})
 }

@@ -100,7 +100,11 @@ func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
 	if closed {
 		return Result{}, ErrClosed
 	}
-	cmd.Env = MergeEnv(s.env, cmd.Env)
+	base := s.env
+	if cmd.TTY != nil {
+		base = MergeEnv(base, []string{cmd.TTY.termEnv()})
+	}
+	cmd.Env = MergeEnv(base, cmd.Env)
 	if cmd.Timeout <= 0 {
 		cmd.Timeout = s.opts.Timeout
 	}

@@ -73,7 +73,14 @@ func runExec() error {
 		return fmt.Errorf("set init not dumpable: %w", err)
 	}
 	syscall.CloseOnExec(execStatusFD)
-	child, err := syscall.ForkExec(path, cfg.Args, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
+	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}}
+	if cfg.TTY {
+		// The command leads a session of its own with the terminal as its controlling
+		// terminal: its foreground process group gets what the keys for interrupt,
+		// suspend and quit send, and job control works. The init stays outside it.
+		attr.Sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
+	child, err := syscall.ForkExec(path, cfg.Args, attr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock sandbox: exec %s: %v\n", cfg.Args[0], err)
 		os.Exit(126)

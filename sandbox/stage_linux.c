@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -571,6 +572,7 @@ notfound:;
 struct runreq {
 	const char *dir;
 	int cgroup_procs;
+	int tty; // stdin is a terminal the command takes as its controlling terminal
 	char **args;
 	char **writable;
 	size_t nwritable;
@@ -640,6 +642,16 @@ static void command(struct runreq *r, int gate, int status, int in, int out, int
 		die("start command", errno);
 	if (child > 0)
 		be_init(child);
+	// With a terminal, the command leads a session of its own with it as its controlling
+	// terminal: its foreground process group gets what the keys for interrupt, suspend
+	// and quit send, and job control works. The init stays outside that session.
+	if (r->tty && (setsid() < 0 || ioctl(0, TIOCSCTTY, 0) < 0)) {
+		char m[256];
+		int e = errno;
+		n = snprintf(m, sizeof m, "airlock sandbox: take the terminal: %s\n", strerror(e));
+		(void)!write(2, m, n < (ssize_t)sizeof m ? n : (ssize_t)sizeof m - 1);
+		_exit(EXIT_NOEXEC);
+	}
 	execve(path, r->args, r->env);
 	char m[4200];
 	int e = errno;
@@ -669,9 +681,9 @@ static int write_idmap(pid_t pid, const char *file) {
 
 static int parse_run(struct msg *m, struct runreq *r) {
 	long nargs, nw;
-	if (m->n < 5 || strcmp(m->f[0], "run") || parse_int(m->f[3], &nargs) < 0 || nargs < 1 || (size_t)nargs >= m->n - 4)
+	if (m->n < 6 || strcmp(m->f[0], "run") || parse_int(m->f[4], &nargs) < 0 || nargs < 1 || (size_t)nargs >= m->n - 5)
 		return -1;
-	size_t i = 4 + nargs;
+	size_t i = 5 + nargs;
 	if (parse_int(m->f[i], &nw) < 0 || nw < 0 || (size_t)nw > m->n - i - 1)
 		return -1;
 	// argv, writable and envp arrays are NULL-terminated views of the fields; the fields
@@ -683,10 +695,11 @@ static int parse_run(struct msg *m, struct runreq *r) {
 	f[m->n] = NULL;
 	r->dir = f[1];
 	r->cgroup_procs = !strcmp(f[2], "1");
+	r->tty = !strcmp(f[3], "1");
 	r->args = malloc((nargs + 1) * sizeof(char *));
 	if (!r->args)
 		return -1;
-	memcpy(r->args, &f[4], nargs * sizeof(char *));
+	memcpy(r->args, &f[5], nargs * sizeof(char *));
 	r->args[nargs] = NULL;
 	r->writable = &f[i + 1];
 	r->nwritable = nw;

@@ -12,7 +12,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
 say "Debian packages"
-pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs)
+pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs tmux vim)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -54,7 +54,7 @@ go test -race -count=1 ./...
 say "native sandboxes with the Go holder (what a binary built without cgo runs)"
 CGO_ENABLED=0 go test -count=1 ./sandbox/
 
-say "e2e suites (sandbox escapes, real clients through the proxy, approvals end to end)"
+say "e2e suites (sandbox escapes, real clients through the proxy, approvals end to end, terminals driven through tmux)"
 go test -count=1 -tags e2e -timeout 20m ./e2e/...
 
 say "approval page in headless Chromium"

@@ -17,7 +17,7 @@ import (
 // in its own container (sandbox.docker.mode: internal): no proxy runs here. The sandbox's
 // container is on an internal network of its own whose only other member is the proxy's
 // container, and its credential is issued, and revoked on Close, by the proxy's admin API.
-func runDockerInternal(ctx context.Context, cfg *Config, o sandbox.Options, args []string, report *hostfile.Dest, log *slog.Logger, stdin io.Reader, stdout, stderr io.Writer) error {
+func runDockerInternal(ctx context.Context, cfg *Config, o sandbox.Options, args []string, report *hostfile.Dest, log *slog.Logger, stdin io.Reader, stdout, stderr io.Writer, tty *hostTTY) error {
 	dc := cfg.Sandbox.Docker
 	switch {
 	case cfg.Sandbox.Image == "":
@@ -49,7 +49,7 @@ func runDockerInternal(ctx context.Context, cfg *Config, o sandbox.Options, args
 	o.Backend = b
 	o.CABundle = caBundle(rp.caPEM)
 	o.Logger = log
-	return runRemote(ctx, o, args, report, stdin, stdout, stderr)
+	return runRemote(ctx, o, args, report, stdin, stdout, stderr, tty)
 }
 
 // dockerBackend connects to the Docker daemon and removes what sandboxes of earlier,

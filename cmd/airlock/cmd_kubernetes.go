@@ -88,7 +88,7 @@ func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []s
 	o.Backend = be
 	o.CABundle = caBundle(rp.caPEM)
 	o.Logger = log
-	return runRemote(ctx, o, args, report, kr.stdin, kr.stdout, kr.stderr)
+	return runRemote(ctx, o, args, report, kr.stdin, kr.stdout, kr.stderr, nil)
 }
 
 // remoteProxy is a proxy running elsewhere (a Deployment in a cluster, a container) that
@@ -121,12 +121,12 @@ func newRemoteProxy(section, adminURL, tokenFile, caFile, home string) (*remoteP
 // runRemote runs args in a sandbox whose backend gets its credential from a remote proxy
 // (o.Backend set), writes the report, and closes it, which revokes the credential. It
 // returns the command's exit status as an exitCode error.
-func runRemote(ctx context.Context, o sandbox.Options, args []string, report *hostfile.Dest, stdin io.Reader, stdout, stderr io.Writer) error {
+func runRemote(ctx context.Context, o sandbox.Options, args []string, report *hostfile.Dest, stdin io.Reader, stdout, stderr io.Writer, tty *hostTTY) error {
 	sb, err := sandbox.New(ctx, o)
 	if err != nil {
 		return err // sandbox.New names the sandbox and the step
 	}
-	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+	res, runErr := runCommand(ctx, sb, sandbox.Command{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr}, tty)
 	endOutput(stdout, stderr)
 	closeErr := sb.Close(context.Background())
 	warnSweep(sb, stderr)

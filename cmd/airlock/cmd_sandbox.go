@@ -42,6 +42,8 @@ type sandboxFlags struct {
 	nofile, ptys, inodes                                              int64
 	disk                                                              string
 	allowAIO                                                          bool
+	tty                                                               ttyMode
+	interactive                                                       bool
 }
 
 func addSandboxCmd(root *cobra.Command) {
@@ -57,6 +59,12 @@ a seccomp filter and cgroup limits. The environment is built, not inherited: pro
 variables, PATH, HOME, LANG and what --env adds. The proxy flags mean what they mean for
 'airlock proxy'; the shipped policy applies unless --policy says otherwise.
 
+With a terminal (-t, or stdin and stdout both terminals, unless -T), CMD runs on a
+pseudo-terminal of the sandbox's own private devpts, never the host's, with job control;
+airlock's terminal is in raw mode while it runs (keys such as Ctrl-C reach CMD's
+foreground process group inside) and is restored on every way out; its size follows
+SIGWINCH; stdout and stderr are then one stream.
+
 Exits with CMD's exit status (124 on timeout; 128+n when signal n, SIGINT, SIGTERM or
 SIGHUP, stopped airlock). On exit the sandbox's Vault leases are revoked and everything it
 made is removed.
@@ -69,6 +77,10 @@ sandbox.kubernetes.kubeconfig, $KUBECONFIG, ~/.kube/config or the pod's service 
 The proxy flags do not apply there; the in-cluster proxy's config does.`,
 		Example: `  # an allowed package index read, then a refused host
   airlock sandbox run -- sh -c 'curl -sS https://proxy.golang.org/golang.org/x/net/@v/list | tail -3; curl -sS https://example.com/'
+
+  # an interactive shell on a terminal of the sandbox's own (-t is the default when
+  # stdin and stdout are terminals; -T keeps pipes)
+  airlock sandbox run -it --workspace .:cow -- bash -i
 
   # a project checkout, copy-on-write, with limits and a report
   airlock sandbox run --workspace ./repo:cow --memory 512M --pids 256 --timeout 2m \
@@ -114,6 +126,9 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.Int64Var(&sf.inodes, "inodes", 0, "files (inodes) each of /tmp, $HOME and /dev/shm may hold (default 65536)")
 	fl.StringVar(&sf.disk, "disk", "", "host disk a copy-on-write workspace's changes may take, e.g. 2G (default 10G); a read-write workspace is not bounded by it")
 	fl.BoolVar(&sf.rawOutput, "raw-output", false, "pass the command's output unchanged (binary output); by default escape sequences that act beyond the screen (OSC: clipboard, title, links; DCS, APC, PM, SOS; window reports) are dropped")
+	fl.BoolVarP(&sf.tty.force, "tty", "t", false, "give the command a terminal of the sandbox's own (its private devpts; never the host's), with airlock's terminal in raw mode while it runs; the default when stdin and stdout are terminals")
+	fl.BoolVarP(&sf.tty.refuse, "no-tty", "T", false, "never give the command a terminal: pipes, even when stdin and stdout are terminals")
+	fl.BoolVarP(&sf.interactive, "interactive", "i", true, "pass airlock's stdin to the command (the default; -i=false gives it empty input)")
 	fl.StringVar(&sf.adminListen, "admin-listen", "", "also serve the admin API (approvals page, metrics) on this address while the sandbox runs")
 	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
 	sb.AddCommand(run)
@@ -229,6 +244,26 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		*f.dest = d
 	}
 
+	useTTY, err := sf.tty.want(os.Stdin, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if cfg.Sandbox.Backend == "kubernetes" {
+		if sf.tty.force {
+			return fmt.Errorf("--tty: the kubernetes backend gives commands no terminal; use -T")
+		}
+		useTTY = false
+	}
+	var stdin io.Reader = os.Stdin
+	if !sf.interactive {
+		stdin = nil // -i=false: empty input
+	}
+	var tty *hostTTY
+	if useTTY {
+		tty = &hostTTY{in: os.Stdin, out: os.Stdout}
+		defer tty.end() // also on a panic
+	}
+
 	remote := cfg.Sandbox.Backend == "kubernetes" || (cfg.Sandbox.Backend == "docker" && cfg.Sandbox.Docker.Mode == "internal")
 	if remote {
 		// The proxy runs elsewhere (a cluster, a container); nothing is embedded here.
@@ -240,10 +275,10 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		stdout, stderr, done := commandOutput(sf.rawOutput)
 		defer done()
 		if cfg.Sandbox.Backend == "docker" {
-			return runDockerInternal(ctx, cfg, o, args, out.report, log, os.Stdin, stdout, stderr)
+			return runDockerInternal(ctx, cfg, o, args, out.report, log, stdin, stdout, stderr, tty)
 		}
 		return runKubernetes(ctx, cfg, o, args, out.report, log, kubeRun{
-			connect: kubernetes.Connect, stdin: os.Stdin, stdout: stdout, stderr: stderr})
+			connect: kubernetes.Connect, stdin: stdin, stdout: stdout, stderr: stderr})
 	}
 	if cfg.Sandbox.Backend == "docker" {
 		if cfg.Sandbox.Image == "" {
@@ -316,7 +351,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	s.telemetry.Metrics().SandboxStarted(spanCtx)
 	fan.observe(sb.ID(), sb.Observe)
 	stdout, stderr, done := commandOutput(sf.rawOutput)
-	res, runErr := sb.Run(ctx, sandbox.Command{Args: args, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
+	res, runErr := runCommand(ctx, sb, sandbox.Command{Args: args, Stdin: stdin, Stdout: stdout, Stderr: stderr}, tty)
 	done()
 	if out.patch != nil {
 		// Before Close: the copy-on-write layer goes with the sandbox.
@@ -346,6 +381,18 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return exitCode(res.ExitCode)
 	}
 	return nil
+}
+
+// runCommand runs cmd in sb, on a terminal of the sandbox tied to airlock's own when tty
+// is not nil; airlock's terminal is back as it was when it returns.
+func runCommand(ctx context.Context, sb *sandbox.Sandbox, cmd sandbox.Command, tty *hostTTY) (sandbox.Result, error) {
+	defer tty.end()
+	t, err := tty.start()
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("terminal: %w", err)
+	}
+	cmd.TTY = t
+	return sb.Run(ctx, cmd)
 }
 
 // configFile is the --config flag's file, "" when none.

@@ -34,7 +34,7 @@ func TestDockerInternalRunErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := kubeConfig(t, home, tt.yaml)
 			var out bytes.Buffer
-			err := runDockerInternal(context.Background(), cfg, sandbox.Options{ID: "sbx-err"}, []string{"true"}, nil, nil, nil, &out, &out)
+			err := runDockerInternal(context.Background(), cfg, sandbox.Options{ID: "sbx-err"}, []string{"true"}, nil, nil, nil, &out, &out, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("runDockerInternal: %v, want an error mentioning %q", err, tt.want)
 			}

@@ -35,14 +35,26 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 	if len(in.proxyEnv) > 0 {
 		env = sandbox.MergeEnv(env, in.proxyEnv)
 	}
-	ex, err := in.b.cli.ContainerExecCreate(ctx, in.id, container.ExecOptions{
+	opts := container.ExecOptions{
 		User: in.user, Env: env, WorkingDir: cmd.Dir, Cmd: cmd.Args,
 		AttachStdin: cmd.Stdin != nil, AttachStdout: true, AttachStderr: true,
-	})
+	}
+	var attach container.ExecAttachOptions
+	if cmd.TTY != nil {
+		// runc opens the terminal inside the container, through its /dev/ptmx: the
+		// sandbox's private devpts when airlock mounted one (mountPts), else Docker's
+		// own per-container devpts; never the host's. Its output is one stream.
+		opts.Tty = true
+		if s := cmd.TTY.Size; s.Rows > 0 && s.Cols > 0 {
+			opts.ConsoleSize = &[2]uint{uint(s.Rows), uint(s.Cols)}
+		}
+		attach = container.ExecAttachOptions{Tty: true, ConsoleSize: opts.ConsoleSize}
+	}
+	ex, err := in.b.cli.ContainerExecCreate(ctx, in.id, opts)
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("run %s: create exec: %w", cmd.Args[0], err)
 	}
-	att, err := in.b.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	att, err := in.b.cli.ContainerExecAttach(ctx, ex.ID, attach)
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("run %s: attach exec: %w", cmd.Args[0], err)
 	}
@@ -56,14 +68,32 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 	if cmd.Stdin != nil {
 		go func() {
 			_, _ = io.Copy(att.Conn, cmd.Stdin)
-			_ = att.CloseWrite()
+			if cmd.TTY == nil {
+				// A terminal's input has no end but the EOF character the typist sends.
+				_ = att.CloseWrite()
+			}
 		}()
 	}
 	copied := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
+		var err error
+		if cmd.TTY != nil {
+			_, err = io.Copy(stdout, att.Reader)
+		} else {
+			_, err = stdcopy.StdCopy(stdout, stderr, att.Reader)
+		}
 		copied <- err
 	}()
+	if cmd.TTY != nil && opts.ConsoleSize != nil {
+		// Engines before API 1.42 ignore the exec's ConsoleSize: the size follows the
+		// start, as the docker CLI sends it.
+		in.resizeExec(ex.ID, cmd.TTY.Size)
+	}
+	if cmd.TTY != nil && cmd.TTY.Resize != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go in.resizeLoop(ex.ID, cmd.TTY.Resize, stop)
+	}
 	var timeout <-chan time.Time
 	if cmd.Timeout > 0 {
 		t := time.NewTimer(cmd.Timeout)
@@ -109,6 +139,35 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 		return res, fmt.Errorf("run %s: %w", cmd.Args[0], runErr)
 	}
 	return res, nil
+}
+
+// resizeLoop passes sizes to the exec's terminal until stop.
+func (in *instance) resizeLoop(execID string, sizes <-chan sandbox.WindowSize, stop <-chan struct{}) {
+	for {
+		select {
+		case s, ok := <-sizes:
+			if !ok {
+				return
+			}
+			in.resizeExec(execID, s)
+		case <-stop:
+			return
+		}
+	}
+}
+
+// resizeExec sets the exec's terminal size, trying again briefly while the daemon has
+// not yet started its process.
+func (in *instance) resizeExec(execID string, s sandbox.WindowSize) {
+	for try := 0; try < 10; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := in.b.cli.ContainerExecResize(ctx, execID, container.ResizeOptions{Height: uint(s.Rows), Width: uint(s.Cols)})
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // waitExec inspects the exec until it is no longer running: its output can end just

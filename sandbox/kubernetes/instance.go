@@ -110,6 +110,9 @@ func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Resul
 	if closed {
 		return sandbox.Result{}, sandbox.ErrClosed
 	}
+	if cmd.TTY != nil {
+		return sandbox.Result{}, fmt.Errorf("run %s: %w", cmd.Args[0], sandbox.ErrNoTTY)
+	}
 	if cmd.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cmd.Timeout)

@@ -1,0 +1,160 @@
+//go:build e2e
+
+// Package tty_test drives `airlock sandbox run` from a real terminal: a tmux server on a
+// private socket, keys sent with send-keys, the screen read with capture-pane. Run as
+// root (native sandboxes; the Docker test also needs the Docker daemon):
+//
+//	go test -tags e2e -count=1 ./e2e/tty/
+package tty_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// airlockBinary builds airlock once for the package.
+func airlockBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-e2e-tty-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		os.Chmod(dir, 0o755)
+		builtBin = filepath.Join(dir, "airlock")
+		if out, err := exec.Command("go", "build", "-o", builtBin, "github.com/airlock-proxy/airlock/cmd/airlock").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build airlock: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+// term is a terminal: one tmux window running a host shell, on a tmux server of its own.
+type term struct {
+	t    *testing.T
+	sock string
+}
+
+// newTerm starts a tmux server with one window of cols×rows running sh, whose prompt is
+// "host$ ", in dir, with AIRLOCK (the binary) and AIRLOCK_HOME set.
+func newTerm(t *testing.T, cols, rows int) *term {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("native sandboxes need root")
+	}
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("needs tmux (apt-get install tmux)")
+	}
+	bin := airlockBinary(t)
+	dir := t.TempDir()
+	tm := &term{t: t, sock: filepath.Join(dir, "tmux.sock")}
+	cmd := exec.Command("tmux", "-S", tm.sock, "-f", "/dev/null", "new-session", "-d", "-s", "e2e",
+		"-x", fmt.Sprint(cols), "-y", fmt.Sprint(rows), "-c", dir,
+		"env", "PS1=host$ ", "AIRLOCK="+bin, "AIRLOCK_HOME="+filepath.Join(dir, "home"), "sh")
+	cmd.Env = append(os.Environ(), "TERM=xterm-256color")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("start tmux: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("tmux", "-S", tm.sock, "kill-server").Run() })
+	tm.tmux("set-option", "-g", "set-clipboard", "on") // OSC 52 would fill a paste buffer
+	tm.tmux("set-option", "-g", "history-limit", "5000")
+	tm.waitFor("host$ ")
+	return tm
+}
+
+func (tm *term) tmux(args ...string) string {
+	tm.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-S", tm.sock}, args...)...).CombinedOutput()
+	if err != nil {
+		tm.t.Fatalf("tmux %s: %v %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// typeLine types s and Enter at the terminal.
+func (tm *term) typeLine(s string) {
+	tm.t.Helper()
+	tm.tmux("send-keys", "-t", "e2e", "-l", s)
+	tm.tmux("send-keys", "-t", "e2e", "Enter")
+}
+
+// keys sends tmux key names (C-c, Escape...).
+func (tm *term) keys(k ...string) {
+	tm.t.Helper()
+	tm.tmux(append([]string{"send-keys", "-t", "e2e"}, k...)...)
+}
+
+// screen is what the window shows now, with its scrollback.
+func (tm *term) screen() string {
+	tm.t.Helper()
+	return tm.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "e2e")
+}
+
+// waitFor waits until the screen shows want; it fails the test after a generous deadline.
+func (tm *term) waitFor(want string) string {
+	tm.t.Helper()
+	var s string
+	start := time.Now()
+	for deadline := start.Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if s = tm.screen(); strings.Contains(s, want) {
+			tm.t.Logf("%q after %v", want, time.Since(start).Round(time.Millisecond))
+			return s
+		}
+	}
+	tm.t.Fatalf("the terminal never showed %q; it shows:\n%s", want, s)
+	return ""
+}
+
+// run types a host command line ending in a marker that prints its exit status, and
+// waits for that status line: "status=N".
+func (tm *term) run(line string) string {
+	tm.t.Helper()
+	n := time.Now().UnixNano()
+	tm.typeLine(fmt.Sprintf("%s; echo \"done$((%d+0))=$?\"", line, n))
+	s := tm.waitFor(fmt.Sprintf("done%d=", n))
+	i := strings.LastIndex(s, fmt.Sprintf("done%d=", n))
+	st, _, _ := strings.Cut(s[i+len(fmt.Sprintf("done%d=", n)):], "\n")
+	return strings.TrimSpace(st)
+}
+
+// settingsSame checks that the host terminal's settings are what they were at the
+// start (saved by saveSettings).
+func (tm *term) saveSettings() { tm.typeLine("stty -g > stty.before") }
+
+func (tm *term) settingsSame(when string) {
+	tm.t.Helper()
+	if st := tm.run("stty -g | cmp -s - stty.before"); st != "0" {
+		tm.t.Errorf("%s: the host terminal's settings changed (cmp status %s):\n%s", when, st, tm.screen())
+	}
+}
+
+// sync types a line until its output shows: an interactive shell may drop what was typed
+// before its line editor took the terminal (bash does, at start).
+func (tm *term) sync() {
+	tm.t.Helper()
+	for try := 0; try < 30; try++ {
+		tm.typeLine(`echo "sy""nced"`)
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if strings.Contains(tm.screen(), "synced") {
+				return
+			}
+		}
+	}
+	tm.t.Fatalf("the shell never ran a typed line:\n%s", tm.screen())
+}
