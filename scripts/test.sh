@@ -26,6 +26,13 @@ say "Go modules"
 go mod download
 (cd e2e/vault && go mod download)  # e2e/vault replaces the main module with ../..: -mod=mod below
 
+# The Kubernetes suite's cluster binaries: the cold build is the longest single step, so it
+# starts now, beside the other suites, and the Kubernetes step waits for it (a cached build
+# returns at once).
+say "Kubernetes binaries (in the background; log in /tmp/airlock-k8s-build.log)"
+$SUDO bash e2e/kubernetes/cluster.sh build >/tmp/airlock-k8s-build.log 2>&1 &
+k8s_build=$!
+
 say "PostgreSQL"
 pgdir=$(mktemp -d /tmp/airlock-pg.XXXXXX)
 # shellcheck disable=SC2064
@@ -35,6 +42,7 @@ export AIRLOCK_TEST_POSTGRES
 
 say "go vet, gofmt"
 go vet ./...
+go vet -tags k8s ./e2e/kubernetes/
 (cd e2e/vault && go vet -mod=mod ./...)
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then
@@ -50,6 +58,17 @@ CGO_ENABLED=0 go test -count=1 ./sandbox/
 
 say "e2e suites (sandbox escapes, real clients through the proxy, approvals end to end)"
 go test -count=1 -tags e2e -timeout 20m ./e2e/...
+
+say "Kubernetes: a real single-node cluster built here, deploy/kubernetes applied to it"
+# e2e/kubernetes/cluster.sh builds Kubernetes from its Go module once (~15-20 min on 2
+# cores; cached by version in /var/cache/airlock-k8s, so later runs take minutes), starts
+# etcd, the control plane, a kubelet on a containerd of its own, kube-proxy, kube-router
+# (NetworkPolicy) and a cluster DNS, and takes all of it down after the suite.
+if ! wait "$k8s_build"; then
+	tail -n 30 /tmp/airlock-k8s-build.log >&2
+	exit 1
+fi
+go test -count=1 -tags k8s -timeout 50m ./e2e/kubernetes/
 
 say "approval page in headless Chromium"
 go test -count=1 -tags browser -run TestBrowser ./approval/
