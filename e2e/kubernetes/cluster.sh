@@ -435,14 +435,9 @@ stop() {
 # The pids of the containerd shims this cluster's containerd started (their command line
 # names its socket), and of every process in its pods' cgroups.
 leftover_pids() {
-	local f pid
-	for f in /proc/[0-9]*/cmdline; do
-		pid=${f#/proc/}
-		pid=${pid%/cmdline}
-		tr '\0' ' ' <"$f" 2>/dev/null | grep -qF -- "-address $CTRD_SOCK " && echo "$pid"
-	done
+	grep -alsF -- "$CTRD_SOCK" /proc/[0-9]*/cmdline 2>/dev/null | sed -n 's#^/proc/\([0-9]*\)/cmdline$#\1#p' | grep -vx "$$" || true
 	for d in $(cgroup_dirs); do
-		[ -d "$d" ] && find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
+		if [ -d "$d" ]; then find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null || true; fi
 	done
 }
 
@@ -502,7 +497,7 @@ down() {
 	ip link del "$BRIDGE" 2>/dev/null || true
 	ipt_clean iptables
 	ipt_clean ip6tables
-	ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router-|inet6:KUBE-|inet6:kube-router-)' | while read -r s; do
+	{ ipset list -n 2>/dev/null || true; } | { grep -E '^(KUBE-|kube-router-|inet6:KUBE-|inet6:kube-router-)' || true; } | while read -r s; do
 		ipset destroy "$s" 2>/dev/null || true
 	done
 	for d in $(cgroup_dirs); do

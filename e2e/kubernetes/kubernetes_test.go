@@ -170,8 +170,7 @@ func TestSandboxPod(t *testing.T) {
 		ProxyService: "airlock", ProxyNamespace: proxyNS, Tokens: issuer,
 	})
 	must(t, err)
-	id := "sbx-e2e-" + strings.ToLower(randomString(4))
-	id = regexp.MustCompile(`[^a-z0-9-]`).ReplaceAllString(id, "x")
+	id := fmt.Sprintf("sbx-e2e-%06x", time.Now().UnixNano()&0xffffff)
 	sb, err := sandbox.New(ctx, sandbox.Options{ID: id, Labels: map[string]string{"team": "e2e"}, Backend: be, CABundle: caPEM})
 	must(t, err)
 	closed := false
@@ -403,7 +402,7 @@ func TestEscapesOpenWithoutPolicies(t *testing.T) {
 	ctx := context.Background()
 	no, yes, uid := false, true, int64(1000)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "control-" + strings.ToLower(regexp.MustCompile(`[^a-zA-Z0-9]`).ReplaceAllString(randomString(3), "x")), Namespace: proxyNS},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("control-%06x", time.Now().UnixNano()&0xffffff), Namespace: proxyNS},
 		Spec: corev1.PodSpec{
 			AutomountServiceAccountToken: &no,
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
