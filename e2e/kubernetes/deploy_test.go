@@ -60,11 +60,13 @@ type deployment struct {
 	stopped                         bool
 }
 
-func randomString(n int) string {
+func randomBytes(n int) []byte {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return b
 }
+
+func randomString(n int) string { return base64.RawURLEncoding.EncodeToString(randomBytes(n)) }
 
 func deploy(ctx context.Context, dir string) (*deployment, error) {
 	d := &deployment{dir: dir}
@@ -139,7 +141,7 @@ func deploy(ctx context.Context, dir string) (*deployment, error) {
 	for name, data := range map[string]map[string][]byte{
 		"airlock-postgres":  {"password": []byte(pgPassword), "ca.crt": pgCA.CertPEM()},
 		"airlock-ca":        {"ca.pem": caPEM, "ca-key.pem": caKey, "upstream-ca.pem": upCA.CertPEM()},
-		"airlock-token-key": {"key": []byte(base64.StdEncoding.EncodeToString([]byte(randomString(32))) + "\n")},
+		"airlock-token-key": {"key": []byte(base64.StdEncoding.EncodeToString(randomBytes(32)) + "\n")},
 		"airlock-issuers":   {"orchestrator": []byte(d.issuerToken + "\n")},
 	} {
 		if _, err := admin.CoreV1().Secrets(proxyNS).Create(ctx, &corev1.Secret{
