@@ -115,13 +115,13 @@ func deploy(ctx context.Context, dir string) (*deployment, error) {
 	tcp := corev1.ProtocolTCP
 	port := int32(d.pgPort)
 	name := "postgres"
-	if _, err := admin.CoreV1().Services(proxyNS).Create(ctx, &corev1.Service{
+	if _, err := kadmin.CoreV1().Services(proxyNS).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "postgres", Namespace: proxyNS},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: name, Port: 5432, TargetPort: intstr.FromInt32(port), Protocol: tcp}}},
 	}, metav1.CreateOptions{}); err != nil {
 		return d, err
 	}
-	if _, err := admin.DiscoveryV1().EndpointSlices(proxyNS).Create(ctx, &discoveryv1.EndpointSlice{
+	if _, err := kadmin.DiscoveryV1().EndpointSlices(proxyNS).Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: "postgres-node", Namespace: proxyNS, Labels: map[string]string{discoveryv1.LabelServiceName: "postgres"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{nodeIP}}},
@@ -144,7 +144,7 @@ func deploy(ctx context.Context, dir string) (*deployment, error) {
 		"airlock-token-key": {"key": []byte(base64.StdEncoding.EncodeToString(randomBytes(32)) + "\n")},
 		"airlock-issuers":   {"orchestrator": []byte(d.issuerToken + "\n")},
 	} {
-		if _, err := admin.CoreV1().Secrets(proxyNS).Create(ctx, &corev1.Secret{
+		if _, err := kadmin.CoreV1().Secrets(proxyNS).Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: proxyNS}, Data: data,
 		}, metav1.CreateOptions{}); err != nil {
 			return d, err
@@ -174,7 +174,7 @@ func deploy(ctx context.Context, dir string) (*deployment, error) {
 	// The replicas become Ready: their readiness probe passes (the store is reachable).
 	var last string
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
-		dep, err := admin.AppsV1().Deployments(proxyNS).Get(ctx, "airlock", metav1.GetOptions{})
+		dep, err := kadmin.AppsV1().Deployments(proxyNS).Get(ctx, "airlock", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -185,7 +185,7 @@ func deploy(ctx context.Context, dir string) (*deployment, error) {
 		out, _ := kubectl("", "-n", proxyNS, "get", "pods,events", "-o", "wide")
 		return d, fmt.Errorf("proxy Deployment not ready (%s): %w\n%s", last, err, out)
 	}
-	pods, err := admin.CoreV1().Pods(proxyNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=airlock,app.kubernetes.io/component=proxy"})
+	pods, err := kadmin.CoreV1().Pods(proxyNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=airlock,app.kubernetes.io/component=proxy"})
 	if err != nil {
 		return d, err
 	}
@@ -200,13 +200,13 @@ func deploy(ctx context.Context, dir string) (*deployment, error) {
 		d.replicas = append(d.replicas, r)
 	}
 	for svc, ip := range map[string]*string{"airlock": &d.proxySvcIP, "airlock-admin": &d.adminSvcIP, "postgres": &d.pgSvcIP} {
-		s, err := admin.CoreV1().Services(proxyNS).Get(ctx, svc, metav1.GetOptions{})
+		s, err := kadmin.CoreV1().Services(proxyNS).Get(ctx, svc, metav1.GetOptions{})
 		if err != nil {
 			return d, err
 		}
 		*ip = s.Spec.ClusterIP
 	}
-	k, err := admin.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	k, err := kadmin.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil {
 		return d, err
 	}
@@ -215,7 +215,7 @@ func deploy(ctx context.Context, dir string) (*deployment, error) {
 	// The proxy's service account, as a sandbox starter in the airlock namespace would use
 	// it: a token from the TokenRequest API, nothing more.
 	exp := int64(3600)
-	tr, err := admin.CoreV1().ServiceAccounts(proxyNS).CreateToken(ctx, "airlock", &authv1.TokenRequest{
+	tr, err := kadmin.CoreV1().ServiceAccounts(proxyNS).CreateToken(ctx, "airlock", &authv1.TokenRequest{
 		Spec: authv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
 	if err != nil {
 		return d, err

@@ -42,7 +42,7 @@ import (
 // "restricted", which is enforced: a pod without the restricted settings is refused.
 func TestProxyDeployment(t *testing.T) {
 	ctx := context.Background()
-	dep, err := admin.AppsV1().Deployments(proxyNS).Get(ctx, "airlock", metav1.GetOptions{})
+	dep, err := kadmin.AppsV1().Deployments(proxyNS).Get(ctx, "airlock", metav1.GetOptions{})
 	must(t, err)
 	if dep.Status.ReadyReplicas != 3 || len(env.replicas) != 3 {
 		t.Fatalf("ready replicas %d (pods %d), want the manifest's 3", dep.Status.ReadyReplicas, len(env.replicas))
@@ -61,7 +61,7 @@ func TestProxyDeployment(t *testing.T) {
 		t.Errorf("PostgreSQL has no airlock_credential_revocations table: %q %v", out, err)
 	}
 	for _, ns := range []string{proxyNS, sandboxNS} {
-		n, err := admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		n, err := kadmin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		must(t, err)
 		if n.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
 			t.Errorf("namespace %s does not enforce restricted", ns)
@@ -69,7 +69,7 @@ func TestProxyDeployment(t *testing.T) {
 		// The API server refuses a pod that is not restricted (dry run: nothing is made).
 		bad := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "not-restricted", Namespace: ns},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: sandboxImg}}}}
-		_, err = admin.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err = kadmin.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "PodSecurity") {
 			t.Errorf("namespace %s admitted a pod that is not restricted: %v", ns, err)
 		}
@@ -238,12 +238,12 @@ func TestSandboxPod(t *testing.T) {
 		}
 	}
 	t.Logf("revocation seen by every replica %s after the DELETE returned", time.Since(revoked).Round(time.Millisecond))
-	secret, err := admin.CoreV1().Secrets(sandboxNS).Get(ctx, "airlock-"+id, metav1.GetOptions{})
+	secret, err := kadmin.CoreV1().Secrets(sandboxNS).Get(ctx, "airlock-"+id, metav1.GetOptions{})
 	must(t, err)
 	cred, _ := url.Parse(string(secret.Data["proxy-url"]))
 
 	podUID := ""
-	if p, err := admin.CoreV1().Pods(sandboxNS).Get(ctx, "airlock-"+id, metav1.GetOptions{}); err == nil {
+	if p, err := kadmin.CoreV1().Pods(sandboxNS).Get(ctx, "airlock-"+id, metav1.GetOptions{}); err == nil {
 		podUID = string(p.UID)
 	}
 	closed = true
@@ -283,9 +283,9 @@ func assertNothingLeft(t *testing.T, id, podUID string) {
 	t.Helper()
 	ctx := context.Background()
 	sel := metav1.ListOptions{LabelSelector: kubernetes.LabelSandbox + "=" + id}
-	pods, _ := admin.CoreV1().Pods(sandboxNS).List(ctx, sel)
-	secrets, _ := admin.CoreV1().Secrets(sandboxNS).List(ctx, sel)
-	pols, _ := admin.NetworkingV1().NetworkPolicies(sandboxNS).List(ctx, sel)
+	pods, _ := kadmin.CoreV1().Pods(sandboxNS).List(ctx, sel)
+	secrets, _ := kadmin.CoreV1().Secrets(sandboxNS).List(ctx, sel)
+	pols, _ := kadmin.NetworkingV1().NetworkPolicies(sandboxNS).List(ctx, sel)
 	if len(pods.Items)+len(secrets.Items)+len(pols.Items) != 0 {
 		t.Errorf("left after Close: %d pods, %d secrets, %d network policies", len(pods.Items), len(secrets.Items), len(pols.Items))
 	}
@@ -376,7 +376,7 @@ func checkRBAC(t *testing.T, reqs []string) {
 		{Verb: "create", Resource: "clusterrolebindings", Group: "rbac.authorization.k8s.io"},
 	} {
 		a := a
-		sar, err := admin.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authzv1.SubjectAccessReview{
+		sar, err := kadmin.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authzv1.SubjectAccessReview{
 			Spec: authzv1.SubjectAccessReviewSpec{User: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:airlock", "system:authenticated"}, ResourceAttributes: &a},
 		}, metav1.CreateOptions{})
 		must(t, err)
@@ -414,11 +414,11 @@ func TestEscapesOpenWithoutPolicies(t *testing.T) {
 			}},
 		},
 	}
-	_, err := admin.CoreV1().Pods(proxyNS).Create(ctx, pod, metav1.CreateOptions{})
+	_, err := kadmin.CoreV1().Pods(proxyNS).Create(ctx, pod, metav1.CreateOptions{})
 	must(t, err)
-	defer admin.CoreV1().Pods(proxyNS).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	defer kadmin.CoreV1().Pods(proxyNS).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := admin.CoreV1().Pods(proxyNS).Get(ctx, pod.Name, metav1.GetOptions{})
+		p, err := kadmin.CoreV1().Pods(proxyNS).Get(ctx, pod.Name, metav1.GetOptions{})
 		return err == nil && p.Status.Phase == corev1.PodRunning, nil
 	})
 	must(t, err)

@@ -40,7 +40,7 @@ const (
 var (
 	repo      string // the repository's root
 	adminKube string // the cluster admin's kubeconfig
-	admin     kubernetes.Interface
+	kadmin    kubernetes.Interface
 	adminREST *rest.Config
 	nodeIP    string
 	airlock   string // the airlock binary built for this run
@@ -85,7 +85,7 @@ func setup(m *testing.M) int {
 		fmt.Println(err)
 		return 1
 	}
-	if admin, err = kubernetes.NewForConfig(adminREST); err != nil {
+	if kadmin, err = kubernetes.NewForConfig(adminREST); err != nil {
 		fmt.Println(err)
 		return 1
 	}
