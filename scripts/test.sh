@@ -34,13 +34,13 @@ eval "$(bash e2e/postgres.sh start "$pgdir")"
 export AIRLOCK_TEST_POSTGRES
 
 say "go vet and staticcheck (every module and build tag), gofmt"
-for tags in "" e2e browser e2e,scale; do
+for tags in "" e2e browser e2e,scale k8s; do
 	go vet -tags "$tags" ./...
 done
 (cd e2e/vault && go vet -mod=mod ./...)
 # staticcheck, pinned, fetched through the Go module proxy like any module.
 staticcheck=(go run honnef.co/go/tools/cmd/staticcheck@v0.8.2)
-"${staticcheck[@]}" -tags e2e,browser,scale ./...
+"${staticcheck[@]}" -tags e2e,browser,scale,k8s ./...
 (cd e2e/vault && GOFLAGS=-mod=mod "${staticcheck[@]}" ./...)
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then

@@ -134,6 +134,14 @@ func TestManifestsHangTogether(t *testing.T) {
 	if !strings.Contains(cfg, "store: \"postgres://") || strings.Contains(cfg, "password") {
 		t.Errorf("airlock.yaml: want a postgres store without a password in it:\n%s", cfg)
 	}
+	// verify-full checks the server's certificate: against the CA in the airlock-postgres
+	// Secret, mounted where the URL's sslrootcert points (the system roots know no cluster CA).
+	if !strings.Contains(cfg, "sslmode=verify-full&sslrootcert=/etc/airlock/postgres/ca.crt") {
+		t.Errorf("airlock.yaml: the postgres store URL names no sslrootcert under /etc/airlock/postgres")
+	}
+	if !secretMountedAt(dep, "/etc/airlock/postgres", "airlock-postgres") {
+		t.Errorf("the airlock-postgres Secret (its ca.crt) is not mounted read-only at /etc/airlock/postgres")
+	}
 	// Credentials every replica accepts: the key and the issuer tokens are files mounted
 	// from Secrets, at the paths airlock.yaml names.
 	for _, want := range []struct{ key, secret string }{

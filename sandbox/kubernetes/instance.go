@@ -195,17 +195,20 @@ func (in *instance) close(ctx context.Context) error {
 		}
 	}
 	ns, c := in.b.opts.Namespace, in.b.opts.Client
-	grace := int64(0)
-	del := metav1.DeleteOptions{GracePeriodSeconds: &grace}
+	// Not 0: a pod deleted with a grace period of 0 is force-deleted, its object gone from
+	// the API at once while its containers still run on the node, and the policy deleted
+	// next would leave them unconfined. With a grace period the object stays until the
+	// kubelet has stopped them, which waitGone waits for.
+	grace := int64(podGracePeriod)
 	for _, kind := range []string{"pod", "secret", "networkpolicy"} {
 		var err error
 		switch kind {
 		case "pod":
-			err = c.CoreV1().Pods(ns).Delete(ctx, in.name, del)
+			err = c.CoreV1().Pods(ns).Delete(ctx, in.name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 		case "secret":
-			err = c.CoreV1().Secrets(ns).Delete(ctx, in.name, del)
+			err = c.CoreV1().Secrets(ns).Delete(ctx, in.name, metav1.DeleteOptions{})
 		case "networkpolicy":
-			err = c.NetworkingV1().NetworkPolicies(ns).Delete(ctx, in.name, del)
+			err = c.NetworkingV1().NetworkPolicies(ns).Delete(ctx, in.name, metav1.DeleteOptions{})
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", kind, ns, in.name, err))
@@ -217,7 +220,8 @@ func (in *instance) close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// waitGone waits for the pod to be deleted, so that its policy outlives it.
+// waitGone waits for the pod to be deleted (its containers stopped), so that its policy
+// outlives it.
 func (in *instance) waitGone(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, in.b.opts.StartTimeout)
 	defer cancel()

@@ -243,3 +243,34 @@ func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 		t.Errorf("left behind after Close: %v", got)
 	}
 }
+
+// TestCloseDoesNotForceDeleteThePod: the pod is deleted with a grace period above 0 (0 is a
+// force deletion: the API object goes at once while the containers still run, and the
+// NetworkPolicy deleted right after would leave them unconfined), and its spec has one too.
+func TestCloseDoesNotForceDeleteThePod(t *testing.T) {
+	c := fakeCluster(t)
+	var podGrace []*int64
+	c.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		podGrace = append(podGrace, a.(k8stesting.DeleteAction).GetDeleteOptions().GracePeriodSeconds)
+		return false, nil, nil
+	})
+	b := newTestBackend(t, Options{Client: c, Tokens: &tokens{}, Execer: &execRecorder{}})
+	ctx := context.Background()
+	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-grace", Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CoreV1().Pods(DefaultNamespace).Get(ctx, "airlock-sbx-grace", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := p.Spec.TerminationGracePeriodSeconds; g == nil || *g <= 0 {
+		t.Errorf("pod terminationGracePeriodSeconds %v: want above 0", g)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(podGrace) != 1 || podGrace[0] == nil || *podGrace[0] <= 0 {
+		t.Errorf("pod deleted with grace periods %v: want one deletion with a grace period above 0", podGrace)
+	}
+}

@@ -37,6 +37,11 @@ func checkID(id string) error {
 	return nil
 }
 
+// podGracePeriod is the sandbox pod's termination grace period in seconds: short (the idle
+// process is killed after it), but never 0, which makes a deletion a force deletion (see
+// instance.close).
+const podGracePeriod = 1
+
 // objects are what one sandbox is made of.
 type objects struct {
 	Secret        *corev1.Secret
@@ -149,7 +154,7 @@ func (b *Backend) pod(o sandbox.Options, meta metav1.ObjectMeta, withCA bool) *c
 		rc := b.opts.RuntimeClassName
 		runtimeClass = &rc
 	}
-	grace := int64(0)
+	grace := int64(podGracePeriod)
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: meta,

@@ -1,0 +1,508 @@
+//go:build k8s
+
+package kubernetes_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/airlock-proxy/airlock/admin"
+	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
+)
+
+// TestProxyDeployment: the Deployment's replicas run the image built here, are Ready
+// (their probes pass against a real PostgreSQL) and were admitted by Pod Security
+// "restricted", which is enforced: a pod without the restricted settings is refused.
+func TestProxyDeployment(t *testing.T) {
+	ctx := context.Background()
+	dep, err := kadmin.AppsV1().Deployments(proxyNS).Get(ctx, "airlock", metav1.GetOptions{})
+	must(t, err)
+	if dep.Status.ReadyReplicas != 3 || len(env.replicas) != 3 {
+		t.Fatalf("ready replicas %d (pods %d), want the manifest's 3", dep.Status.ReadyReplicas, len(env.replicas))
+	}
+	for _, r := range env.replicas {
+		resp, err := http.Get("http://" + r.admin + "/readyz")
+		must(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("replica %s /readyz: %d", r.name, resp.StatusCode)
+		}
+	}
+	// Each replica opened the store: its tables are there.
+	out, err := env.psql(`SELECT count(*) FROM information_schema.tables WHERE table_name = 'airlock_credential_revocations'`)
+	if err != nil || out != "1" {
+		t.Errorf("PostgreSQL has no airlock_credential_revocations table: %q %v", out, err)
+	}
+	for _, ns := range []string{proxyNS, sandboxNS} {
+		n, err := kadmin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		must(t, err)
+		if n.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+			t.Errorf("namespace %s does not enforce restricted", ns)
+		}
+		// The API server refuses a pod that is not restricted (dry run: nothing is made).
+		bad := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "not-restricted", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: sandboxImg}}}}
+		_, err = kadmin.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "PodSecurity") {
+			t.Errorf("namespace %s admitted a pod that is not restricted: %v", ns, err)
+		}
+	}
+}
+
+// recorder notes the API requests a client makes (method and path), to compare them with
+// the Role the manifests grant.
+type recorder struct {
+	mu   sync.Mutex
+	reqs []string
+	rt   http.RoundTripper
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	q := ""
+	if req.URL.Query().Get("watch") == "true" {
+		q = "?watch"
+	}
+	r.reqs = append(r.reqs, req.Method+" "+req.URL.Path+q)
+	r.mu.Unlock()
+	return r.rt.RoundTrip(req)
+}
+
+// saClient is the airlock service account's client (its token from the TokenRequest API),
+// recording its requests.
+func saClient(t *testing.T) (k8s.Interface, *rest.Config, *recorder) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.saKubeconfig)
+	must(t, err)
+	rec := &recorder{}
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { rec.rt = rt; return rec }
+	cs, err := k8s.NewForConfig(cfg)
+	must(t, err)
+	return cs, cfg, rec
+}
+
+// probeScript tries every way out of a pod other than the proxy; each line says OK or FAIL.
+func probeScript(proxyPodIP string) string {
+	up := env.upstreamURL
+	return fmt.Sprintf(`reach() { name=$1; shift; "$@" >/dev/null 2>&1; rc=$?; case $rc in 6|7|28) echo "$name-FAIL($rc)";; *) echo "$name-OK($rc)";; esac; }
+reach DIRECT curl -sk -m 5 --noproxy '*' %[1]s/allowed/x
+if timeout 10 nslookup kubernetes.default.svc.cluster.local %[2]s >/dev/null 2>&1; then echo DNS-OK; else echo DNS-FAIL; fi
+reach ADMIN-SERVICE curl -s -m 5 --noproxy '*' http://%[3]s:9090/healthz
+reach ADMIN-POD curl -s -m 5 --noproxy '*' http://%[4]s:9090/healthz
+reach API-SERVER curl -sk -m 5 --noproxy '*' https://%[5]s:443/version
+reach POSTGRES curl -s -m 5 --noproxy '*' http://%[6]s:5432/
+reach NODE-API curl -sk -m 5 --noproxy '*' https://%[2]s:6443/version
+reach KUBELET curl -sk -m 5 --noproxy '*' https://%[2]s:10250/healthz
+`, up, nodeIP, env.adminSvcIP, proxyPodIP, env.kubeSvcIP, env.pgSvcIP)
+}
+
+var escapes = []string{"DIRECT", "DNS", "ADMIN-SERVICE", "ADMIN-POD", "API-SERVER", "POSTGRES", "NODE-API", "KUBELET"}
+
+// outcomes parses probeScript's output: name -> reached.
+func outcomes(out string) map[string]bool {
+	m := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		for _, e := range escapes {
+			if strings.HasPrefix(l, e+"-OK") {
+				m[e] = true
+			} else if strings.HasPrefix(l, e+"-FAIL") {
+				m[e] = false
+			}
+		}
+	}
+	return m
+}
+
+// replicaScript sends an allowed request through each replica's pod (not the Service) with
+// the sandbox's own credential, and a denied one through the Service.
+func replicaScript() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "creds=${HTTPS_PROXY#http://}; creds=${creds%%@*}\n")
+	fmt.Fprintf(&b, "echo \"service: $(curl -sS -m 20 %s/allowed/x)\"\n", env.upstreamURL)
+	for _, r := range env.replicas {
+		fmt.Fprintf(&b, "echo \"replica %s: $(curl -sS -m 20 -x \"http://$creds@%s:3128\" %s/allowed/x)\"\n", r.ip, r.ip, env.upstreamURL)
+	}
+	fmt.Fprintf(&b, "curl -sS -m 20 -X POST -w '\\ndenied:%%{http_code}\\n' %s/allowed/x\n", env.upstreamURL)
+	return b.String()
+}
+
+// TestSandboxPod runs a sandbox through the kubernetes backend as the airlock service
+// account: its credential is issued by one replica and works through every other; a
+// denied request is refused with the rule named; every other way out is closed by
+// NetworkPolicy (and each is shown open for a pod without the policies); revocation
+// through one replica reaches every replica; nothing is left after Close; the requests
+// the backend made are exactly what the Role grants.
+func TestSandboxPod(t *testing.T) {
+	ctx := context.Background()
+	cs, cfg, rec := saClient(t)
+	issuerReplica := env.replicas[0]
+	issuer := &admin.Client{BaseURL: "http://" + issuerReplica.admin, Token: env.issuerToken}
+	caPEM, err := os.ReadFile(env.caFile)
+	must(t, err)
+	be, err := kubernetes.New(kubernetes.Options{
+		Client: cs, RESTConfig: cfg, Image: sandboxImg,
+		ProxyService: "airlock", ProxyNamespace: proxyNS, Tokens: issuer,
+	})
+	must(t, err)
+	id := fmt.Sprintf("sbx-e2e-%06x", time.Now().UnixNano()&0xffffff)
+	sb, err := sandbox.New(ctx, sandbox.Options{ID: id, Labels: map[string]string{"team": "e2e"}, Backend: be, CABundle: caPEM})
+	must(t, err)
+	closed := false
+	defer func() {
+		if !closed {
+			sb.Close(context.Background())
+		}
+	}()
+	run := func(script string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		res, err := sb.Run(ctx, sandbox.Command{Args: []string{"sh", "-c", script}, Stdout: &stdout, Stderr: &stderr, Timeout: 3 * time.Minute})
+		if err != nil {
+			t.Fatalf("run: %v (stderr %s)", err, stderr.String())
+		}
+		t.Logf("exit %d\n%s%s", res.ExitCode, stdout.String(), stderr.String())
+		return stdout.String()
+	}
+
+	// Through the proxy: the Service, then each replica by its pod address.
+	out := run(replicaScript())
+	for _, r := range env.replicas {
+		if !strings.Contains(out, "replica "+r.ip+": hello GET /allowed/x") {
+			t.Errorf("allowed request through replica %s (credential issued by %s) failed", r.name, issuerReplica.name)
+		}
+	}
+	if !strings.Contains(out, "service: hello GET /allowed/x") {
+		t.Error("allowed request through the proxy Service failed")
+	}
+	if !strings.Contains(out, "denied:403") || !strings.Contains(out, "default") {
+		t.Error("denied request: want 403 naming the rule (default)")
+	}
+
+	// Every other way out is closed.
+	got := outcomes(run(probeScript(env.replicas[1].ip)))
+	for _, e := range escapes {
+		if reached, ok := got[e]; !ok || reached {
+			t.Errorf("from the sandbox pod, %s: reached=%v (probed=%v), want closed by NetworkPolicy", e, reached, ok)
+		}
+	}
+
+	// Logs over the API (pods/log): the idle process writes nothing.
+	lr, err := sbLogs(ctx, cs, id)
+	if err != nil {
+		t.Errorf("pod logs: %v", err)
+	} else {
+		io.Copy(io.Discard, lr)
+		lr.Close()
+	}
+
+	// Revocation through the issuing replica reaches every replica within the bound
+	// (proxy.revocation_cache: 1s).
+	must(t, issuer.RevokeToken(ctx, id))
+	revoked := time.Now()
+	var b strings.Builder
+	b.WriteString("creds=${HTTPS_PROXY#http://}; creds=${creds%@*}\n")
+	for _, r := range env.replicas {
+		fmt.Fprintf(&b, `for i in $(seq 1 40); do code=$(curl -s -o /dev/null -w '%%{http_code}' -m 5 -x "http://$creds@%[1]s:3128" http://%[2]s/allowed/x); [ "$code" = 407 ] && break; sleep 0.25; done; echo "revoked %[1]s: $code after $i"
+`, r.ip, strings.TrimPrefix(env.upstreamURL, "https://"))
+	}
+	out = run(b.String())
+	for _, r := range env.replicas {
+		if !regexp.MustCompile(`revoked ` + regexp.QuoteMeta(r.ip) + `: 407 after \d+`).MatchString(out) {
+			t.Errorf("replica %s still accepts the revoked credential", r.name)
+		}
+	}
+	t.Logf("revocation seen by every replica %s after the DELETE returned", time.Since(revoked).Round(time.Millisecond))
+	secret, err := kadmin.CoreV1().Secrets(sandboxNS).Get(ctx, "airlock-"+id, metav1.GetOptions{})
+	must(t, err)
+	cred, _ := url.Parse(string(secret.Data["proxy-url"]))
+
+	podUID := ""
+	if p, err := kadmin.CoreV1().Pods(sandboxNS).Get(ctx, "airlock-"+id, metav1.GetOptions{}); err == nil {
+		podUID = string(p.UID)
+	}
+	closed = true
+	must(t, sb.Close(ctx))
+	// Nothing is left: no object, no running container of the pod.
+	assertNothingLeft(t, id, podUID)
+
+	// The credential is refused through every replica, also after Close.
+	pass, _ := cred.User.Password()
+	for _, r := range env.replicas {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+strings.TrimPrefix(env.upstreamURL, "https://")+"/allowed/x", nil)
+		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(id+":"+pass)))
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: r.proxy})}}
+		resp, err := c.Do(req)
+		must(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusProxyAuthRequired {
+			t.Errorf("replica %s: the closed sandbox's credential got %d, want 407", r.name, resp.StatusCode)
+		}
+	}
+	// No replica logged the credential.
+	logs, _ := kubectl("", "-n", proxyNS, "logs", "-l", "app.kubernetes.io/name=airlock", "--tail", "-1")
+	if strings.Contains(logs, pass) {
+		t.Error("a proxy replica's log holds the sandbox's credential")
+	}
+
+	checkRBAC(t, rec.reqs)
+}
+
+func sbLogs(ctx context.Context, cs k8s.Interface, id string) (io.ReadCloser, error) {
+	return cs.CoreV1().Pods(sandboxNS).GetLogs("airlock-"+id, &corev1.PodLogOptions{Container: "sandbox"}).Stream(ctx)
+}
+
+// assertNothingLeft: no Secret, NetworkPolicy or Pod of the sandbox, and no running
+// container of its pod on the node.
+func assertNothingLeft(t *testing.T, id, podUID string) {
+	t.Helper()
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: kubernetes.LabelSandbox + "=" + id}
+	pods, _ := kadmin.CoreV1().Pods(sandboxNS).List(ctx, sel)
+	secrets, _ := kadmin.CoreV1().Secrets(sandboxNS).List(ctx, sel)
+	pols, _ := kadmin.NetworkingV1().NetworkPolicies(sandboxNS).List(ctx, sel)
+	if len(pods.Items)+len(secrets.Items)+len(pols.Items) != 0 {
+		t.Errorf("left after Close: %d pods, %d secrets, %d network policies", len(pods.Items), len(secrets.Items), len(pols.Items))
+	}
+	if podUID == "" {
+		return
+	}
+	// The pod's containers stopped before the API object went (no force deletion): its
+	// NetworkPolicy never outlives a running container.
+	out, err := exec.Command("ctr", "--address", "/run/airlock-k8s/containerd/containerd.sock", "-n", "k8s.io",
+		"containers", "ls", "-q", `labels."io.kubernetes.pod.uid"==`+podUID).Output()
+	if err != nil {
+		t.Logf("ctr containers ls: %v", err)
+		return
+	}
+	tasks, _ := exec.Command("ctr", "--address", "/run/airlock-k8s/containerd/containerd.sock", "-n", "k8s.io", "tasks", "ls").Output()
+	for _, c := range strings.Fields(string(out)) {
+		for _, l := range strings.Split(string(tasks), "\n") {
+			if strings.HasPrefix(l, c) && strings.Contains(l, "RUNNING") {
+				t.Errorf("container %s of the closed sandbox's pod is still running", c)
+			}
+		}
+	}
+}
+
+// checkRBAC: the Role in rbac.yaml is sufficient (the run above used only the service
+// account) and no wider than needed: every verb it grants was used by the backend, and
+// nothing outside it is allowed.
+func checkRBAC(t *testing.T, reqs []string) {
+	t.Helper()
+	used := map[string]bool{} // "resource/sub verb"
+	path := regexp.MustCompile(`^(GET|POST|DELETE|PUT|PATCH) /(?:api/v1|apis/[a-z.]+/v1)/namespaces/([a-z0-9-]+)/([a-z]+)(?:/([^/]+))?(?:/([a-z]+))?(\?watch)?$`)
+	for _, r := range reqs {
+		m := path.FindStringSubmatch(r)
+		if m == nil {
+			t.Errorf("unexpected request by the backend: %s", r)
+			continue
+		}
+		res := m[2] + " " + m[3]
+		if m[5] != "" {
+			res += "/" + m[5]
+		}
+		verb := map[string]string{"GET": "get", "POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}[m[1]]
+		switch {
+		case m[1] == "GET" && m[4] == "" && m[6] != "":
+			verb = "watch"
+		case m[1] == "GET" && m[4] == "":
+			verb = "list"
+		case m[1] == "GET" && m[5] == "exec":
+			used[res+" create"] = true // a WebSocket exec (a GET) is authorized as get and create
+		}
+		used[res+" "+verb] = true
+	}
+	t.Logf("the backend's requests as verbs: %v", mapKeys(used))
+	b, err := os.ReadFile(filepath.Join(repo, "deploy/kubernetes/rbac.yaml"))
+	must(t, err)
+	for _, doc := range strings.Split(string(b), "\n---") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			continue
+		}
+		role, ok := obj.(*rbacv1.Role)
+		if !ok {
+			continue
+		}
+		for _, rule := range role.Rules {
+			for _, res := range rule.Resources {
+				for _, v := range rule.Verbs {
+					if !used[role.Namespace+" "+res+" "+v] {
+						t.Errorf("Role %s/%s grants %s on %s, which the backend never used", role.Namespace, role.Name, v, res)
+					}
+				}
+			}
+		}
+	}
+	// Nothing wider: a few things the service account must not do.
+	sa := "system:serviceaccount:airlock:airlock"
+	for _, a := range []authzv1.ResourceAttributes{
+		{Namespace: proxyNS, Verb: "get", Resource: "secrets", Name: "airlock-token-key"},
+		{Namespace: proxyNS, Verb: "create", Resource: "pods"},
+		{Namespace: proxyNS, Verb: "get", Resource: "services", Name: "airlock-admin"},
+		{Namespace: proxyNS, Verb: "update", Resource: "configmaps", Name: "airlock-policy"},
+		{Namespace: sandboxNS, Verb: "list", Resource: "secrets"},
+		{Namespace: sandboxNS, Verb: "update", Resource: "pods"},
+		{Namespace: sandboxNS, Verb: "patch", Resource: "networkpolicies", Group: "networking.k8s.io"},
+		{Namespace: sandboxNS, Verb: "create", Resource: "pods", Subresource: "ephemeralcontainers"},
+		{Namespace: "default", Verb: "create", Resource: "pods"},
+		{Verb: "list", Resource: "nodes"},
+		{Verb: "create", Resource: "clusterrolebindings", Group: "rbac.authorization.k8s.io"},
+	} {
+		a := a
+		sar, err := kadmin.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authzv1.SubjectAccessReview{
+			Spec: authzv1.SubjectAccessReviewSpec{User: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:airlock", "system:authenticated"}, ResourceAttributes: &a},
+		}, metav1.CreateOptions{})
+		must(t, err)
+		if sar.Status.Allowed {
+			t.Errorf("the airlock service account may %s %s/%s in %q", a.Verb, a.Resource, a.Subresource, a.Namespace)
+		}
+	}
+}
+
+func mapKeys(m map[string]bool) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// TestEscapesOpenWithoutPolicies is the control for TestSandboxPod's closed ways out: the
+// same image and restricted security context, in the airlock namespace (no egress policy
+// there, and the admin port is open to it), reaches each of them.
+func TestEscapesOpenWithoutPolicies(t *testing.T) {
+	ctx := context.Background()
+	no, yes, uid := false, true, int64(1000)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("control-%06x", time.Now().UnixNano()&0xffffff), Namespace: proxyNS},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: &no,
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{
+				Name: "c", Image: sandboxImg, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "infinity"},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no,
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+			}},
+		},
+	}
+	_, err := kadmin.CoreV1().Pods(proxyNS).Create(ctx, pod, metav1.CreateOptions{})
+	must(t, err)
+	defer kadmin.CoreV1().Pods(proxyNS).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := kadmin.CoreV1().Pods(proxyNS).Get(ctx, pod.Name, metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning, nil
+	})
+	must(t, err)
+	out, err := kubectl("", "-n", proxyNS, "exec", pod.Name, "--", "sh", "-c", probeScript(env.replicas[1].ip))
+	t.Logf("%s", out)
+	must(t, err)
+	got := outcomes(out)
+	for _, e := range escapes {
+		if !got[e] {
+			t.Errorf("control pod without the sandbox policies: %s not reached, so the sandbox's result proves nothing", e)
+		}
+	}
+}
+
+// TestCLISandboxRun runs `airlock sandbox run --backend kubernetes` as the airlock service
+// account, with the credential issued through one replica's admin API.
+func TestCLISandboxRun(t *testing.T) {
+	home := t.TempDir()
+	cfgFile := filepath.Join(home, "airlock.yaml")
+	must(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`sandbox:
+  kubernetes:
+    proxy_admin: http://%s
+    token_file: %s
+    kubeconfig: %s
+    ca_file: %s
+`, env.replicas[2].admin, env.issuerFile, env.saKubeconfig, env.caFile)), 0o600))
+	report := filepath.Join(home, "report.json")
+	cmd := exec.Command(airlock, "sandbox", "run", "--config", cfgFile, "--backend", "kubernetes", "--image", sandboxImg,
+		"--label", "team=e2e", "--report", report, "--", "sh", "-c", replicaScript()+"echo \"proxy=$HTTPS_PROXY\"; exit 3")
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("airlock sandbox run: %v, want the command's exit status 3", err)
+	}
+	out := stdout.String()
+	for _, r := range env.replicas {
+		if !strings.Contains(out, "replica "+r.ip+": hello GET /allowed/x") {
+			t.Errorf("allowed request through replica %s failed", r.name)
+		}
+	}
+	if !strings.Contains(out, "denied:403") {
+		t.Error("denied request: want 403")
+	}
+	var rep struct {
+		SandboxID string            `json:"sandbox_id"`
+		Labels    map[string]string `json:"labels"`
+	}
+	b, err := os.ReadFile(report)
+	if err != nil || json.Unmarshal(b, &rep) != nil || rep.SandboxID == "" {
+		t.Fatalf("report: %v %s", err, b)
+	}
+	if rep.Labels["team"] != "e2e" {
+		t.Errorf("report labels %v", rep.Labels)
+	}
+	assertNothingLeft(t, rep.SandboxID, "")
+	var proxyURL *url.URL
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(l, "proxy="); ok {
+			proxyURL, _ = url.Parse(v)
+		}
+	}
+	if proxyURL == nil || proxyURL.User == nil {
+		t.Fatal("no credential in the sandbox's HTTPS_PROXY")
+	}
+	if proxyURL.Hostname() != env.proxySvcIP {
+		t.Errorf("HTTPS_PROXY points at %s, want the proxy Service's cluster IP %s", proxyURL.Hostname(), env.proxySvcIP)
+	}
+	pass, _ := proxyURL.User.Password()
+	if strings.Contains(stderr.String(), pass) {
+		t.Error("the CLI's stderr holds the credential")
+	}
+	time.Sleep(2 * time.Second) // proxy.revocation_cache
+	for _, r := range env.replicas {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+strings.TrimPrefix(env.upstreamURL, "https://")+"/allowed/x", nil)
+		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(proxyURL.User.Username()+":"+pass)))
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: r.proxy})}}
+		resp, err := c.Do(req)
+		must(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusProxyAuthRequired {
+			t.Errorf("replica %s: the finished run's credential got %d, want 407", r.name, resp.StatusCode)
+		}
+	}
+}
