@@ -306,16 +306,22 @@ func (c *transparentConn) classify(wait time.Duration) connKind {
 	if c.kind != kindUnknown {
 		return c.kind
 	}
-	if len(c.pending) == 0 {
-		c.fill(time.Now().Add(wait), 1)
+	deadline := time.Now().Add(wait)
+	for {
+		if c.kind = kindOf(c.pending); c.kind != kindUnknown {
+			return c.kind
+		}
+		if !c.fill(deadline, 64) {
+			c.kind = kindOther
+			return c.kind
+		}
 	}
-	c.kind = kindOf(c.pending)
-	return c.kind
 }
 
+// kindOf tells what a connection's first bytes b are; kindUnknown when more are needed.
 func kindOf(b []byte) connKind {
 	if len(b) == 0 {
-		return kindOther
+		return kindUnknown
 	}
 	if b[0] == 0x16 { // TLS handshake record
 		return kindTLS
@@ -331,7 +337,7 @@ func kindOf(b []byte) connKind {
 			return kindOther
 		}
 	}
-	return kindOther
+	return kindUnknown
 }
 
 // sniffHost reads a connection's first bytes for up to wait and returns the host they
@@ -359,7 +365,7 @@ func (c *transparentConn) sniffHost(wait time.Duration, max int) string {
 				}
 				return h
 			}
-		default:
+		case kindOther:
 			return ""
 		}
 	}
