@@ -255,3 +255,100 @@ func echoServer(t *testing.T) *echoSrv {
 	}()
 	return s
 }
+
+// TestTransparentGitOverSSH: git clones over ssh from a local sshd (Debian's
+// openssh-server) through a connect decision with tunnel: true, with no proxy involved on
+// the client's side; the tunnel is audited with its bytes.
+func TestTransparentGitOverSSH(t *testing.T) {
+	sshd, err := exec.LookPath("sshd")
+	if err != nil {
+		if _, err = os.Stat("/usr/sbin/sshd"); err != nil {
+			t.Skip("sshd is not installed (Debian package openssh-server)")
+		}
+		sshd = "/usr/sbin/sshd"
+	}
+	e := newEnv(t)
+	dir := t.TempDir()
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, "host"))
+	run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, "client"))
+	pub, _ := os.ReadFile(filepath.Join(dir, "client.pub"))
+	os.WriteFile(filepath.Join(dir, "authorized_keys"), pub, 0o600)
+	repo := filepath.Join(dir, "repo.git")
+	run("git", "init", "-q", "--bare", repo)
+	work := filepath.Join(dir, "work")
+	run("git", "init", "-q", work)
+	os.WriteFile(filepath.Join(work, "README"), []byte("cloned over ssh through airlock\n"), 0o644)
+	run("git", "-C", work, "-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
+	run("git", "-C", work, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "one")
+	run("git", "-C", work, "push", "-q", repo, "HEAD:refs/heads/main")
+	os.MkdirAll("/run/sshd", 0o755)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	conf := filepath.Join(dir, "sshd_config")
+	os.WriteFile(conf, []byte("ListenAddress "+addr+"\nHostKey "+filepath.Join(dir, "host")+
+		"\nAuthorizedKeysFile "+filepath.Join(dir, "authorized_keys")+
+		"\nPidFile "+filepath.Join(dir, "sshd.pid")+
+		"\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\nStrictModes no\n"), 0o600)
+	cmd := exec.Command(sshd, "-D", "-e", "-f", conf)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Logf("sshd:\n%s", log.String())
+	})
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if i > 100 {
+			t.Fatalf("sshd did not start: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	key, _ := os.ReadFile(filepath.Join(dir, "client"))
+	script := `umask 077; cat > /tmp/id <<'KEY'
+` + string(key) + `KEY
+` + noProxy + `GIT_SSH_COMMAND="ssh -i /tmp/id -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes" ` +
+		`git clone -q -b main ssh://root@ssh.test:` + port + repo + ` /tmp/clone && cat /tmp/clone/README`
+	n := e.audit.Len()
+	out, code := e.run(t, script)
+	t.Logf("exit %d:\n%s", code, out)
+	if strings.Contains(out, "No user exists for uid") {
+		t.Skip("the sandbox's uid has no passwd entry on this host; ssh refuses to run")
+	}
+	if code != 0 || !strings.Contains(out, "cloned over ssh through airlock") {
+		t.Fatalf("git over ssh failed: exit %d\n%s", code, out)
+	}
+	evs := e.audit.WaitSince(n, 10*time.Second, func(evs []audit.Event) bool {
+		for _, ev := range evs {
+			if ev.Host == "ssh.test" && ev.Stage == audit.StageCompletion {
+				return true
+			}
+		}
+		return false
+	})
+	for _, ev := range evs {
+		if ev.Host == "ssh.test" && ev.Stage == audit.StageCompletion {
+			if ev.Decision != "tunnel" || ev.Rule != "clients.raw" || ev.BytesIn == 0 || ev.BytesOut == 0 || ev.DurationMS <= 0 {
+				t.Errorf("ssh tunnel audited as %+v", ev)
+			}
+		}
+	}
+}
