@@ -1,28 +1,34 @@
 //go:build e2e
 
-// Package transparent_test measures what transparent egress costs against HTTP_PROXY:
-// the same HTTPS request, intercepted by the same proxy, from a client that either names
-// the proxy (CONNECT) or dials the destination inside a network namespace whose TCP is
-// redirected to airlock (transparent). Run as root:
+// Package transparent_test measures what transparent egress costs against HTTP_PROXY: the
+// same HTTPS request, intercepted by the same proxy, from a client that either names the
+// proxy (CONNECT) or dials the destination from inside a network namespace whose TCP is
+// redirected to airlock (transparent). The proxy runs alone in the test process, the
+// upstream and the load client in processes of their own (the client inside the
+// namespace for the transparent case), so the CPU counted is the proxy's. Run as root:
 //
 //	go test -tags e2e -count=1 -v -run TestTransparentCost ./bench/transparent/
 package transparent_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -38,6 +44,89 @@ import (
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
 )
+
+func TestMain(m *testing.M) {
+	switch os.Getenv("AIRLOCK_COST_HELPER") {
+	case "upstream":
+		upstreamMain()
+	case "client":
+		clientMain()
+	default:
+		os.Exit(m.Run())
+	}
+}
+
+// upstreamMain serves 20 bytes over TLS with the leaf in $CERT/$KEY; prints its address.
+func upstreamMain() {
+	cert, err := tls.LoadX509KeyPair(os.Getenv("CERT"), os.Getenv("KEY"))
+	if err != nil {
+		panic(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(ln.Addr().String())
+	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "0123456789abcdefghij")
+	}))
+}
+
+// clientMain: $URL with $CONC workers, $N requests in all, through $PROXY when set, else
+// dialling $DIAL (the address airlock's DNS gave) directly; $KEEPALIVE=0 opens a
+// connection per request. It warms up, prints "ready", waits for a line, runs, prints "done".
+func clientMain() {
+	pool := x509.NewCertPool()
+	caPEM, _ := os.ReadFile(os.Getenv("CA"))
+	pool.AppendCertsFromPEM(caPEM)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, MaxIdleConnsPerHost: 64,
+		DisableKeepAlives: os.Getenv("KEEPALIVE") == "0"}
+	if p := os.Getenv("PROXY"); p != "" {
+		pu, _ := url.Parse(p)
+		tr.Proxy = http.ProxyURL(pu)
+	} else {
+		dial := os.Getenv("DIAL")
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", dial)
+		}
+	}
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	target := os.Getenv("URL")
+	get := func() {
+		resp, err := c.Get(target)
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(2)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			fmt.Println("status", resp.StatusCode)
+			os.Exit(2)
+		}
+	}
+	conc, _ := strconv.Atoi(os.Getenv("CONC"))
+	n, _ := strconv.Atoi(os.Getenv("N"))
+	var wg sync.WaitGroup
+	for w := 0; w < conc; w++ { // warm: connections, leaf certificates, policy cache
+		wg.Add(1)
+		go func() { defer wg.Done(); get() }()
+	}
+	wg.Wait()
+	fmt.Println("ready")
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n/conc; i++ {
+				get()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("done")
+}
 
 // newNetns makes a network namespace and returns a path that keeps it open.
 func newNetns(t *testing.T) string {
@@ -61,34 +150,6 @@ func newNetns(t *testing.T) string {
 	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd())
 }
 
-// inNetns runs fn on a thread inside the namespace at path (sockets made there stay there).
-func inNetns(path string, fn func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, _ := os.Open("/proc/thread-self/ns/net")
-		defer orig.Close()
-		ns, err := os.Open(path)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer ns.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- err
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- err
-			return // thread stays locked and dies
-		}
-		runtime.UnlockOSThread()
-		done <- ferr
-	}()
-	return <-done
-}
-
 func cpuNow() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -99,18 +160,33 @@ func TestTransparentCost(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		t.Skip("nsenter (util-linux) is missing")
+	}
 	ctx := context.Background()
-	upCA, _ := ca.New()
-	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "0123456789abcdefghij")
-	}))
-	up.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return upCA.Leaf(h.ServerName) }}
-	up.StartTLS()
-	t.Cleanup(up.Close)
-	upURL, _ := url.Parse(up.URL)
-	target := "https://upstream.test:" + upURL.Port() + "/small"
-
 	dir := t.TempDir()
+	upCA, _ := ca.New()
+	leaf, err := upCA.Leaf("upstream.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, leaf, filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"))
+	up := exec.Command(os.Args[0])
+	up.Env = append(os.Environ(), "AIRLOCK_COST_HELPER=upstream", "CERT="+filepath.Join(dir, "cert.pem"), "KEY="+filepath.Join(dir, "key.pem"))
+	upOut, _ := up.StdoutPipe()
+	up.Stderr = os.Stderr
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Process.Kill(); up.Wait() })
+	upAddr, err := bufio.NewReader(upOut).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, upPort, _ := net.SplitHostPort(strings.TrimSpace(upAddr))
+	target := "https://upstream.test:" + upPort + "/small"
+
 	os.WriteFile(filepath.Join(dir, "p.rego"), []byte(`package airlock
 decision := {"action": "allow", "rule": "bench"}
 `), 0o600)
@@ -119,6 +195,7 @@ decision := {"action": "allow", "rule": "bench"}
 		t.Fatal(err)
 	}
 	aca, _ := ca.New()
+	os.WriteFile(filepath.Join(dir, "ca.pem"), aca.CertPEM(), 0o644)
 	roots := x509.NewCertPool()
 	roots.AddCert(upCA.Certificate())
 	p, err := proxy.New(proxy.Options{Decider: eng, CA: aca, UpstreamCAs: roots, Auditor: &e2etest.Recorder{},
@@ -136,134 +213,105 @@ decision := {"action": "allow", "rule": "bench"}
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := identity.Identity{ID: "bench"}
 	for _, pl := range l.Proxy {
-		defer p.Attach(pl, identity.Identity{ID: "bench"})()
+		defer p.Attach(pl, id)()
 	}
-	defer p.AttachTransparent(l.Transparent, l.DNS, identity.Identity{ID: "bench"})()
+	defer p.AttachTransparent(l.Transparent, l.DNS, id)()
+	fake := askDNS(t, nsenter, ns)
 
-	// The name, asked of airlock's DNS inside the namespace.
-	var fake netip.Addr
-	err = inNetns(ns, func() error {
-		c, err := net.Dial("udp", "127.0.0.1:53")
-		if err != nil {
-			return err
+	run := func(transparent, keepAlive bool, n int) time.Duration {
+		var cmd *exec.Cmd
+		env := []string{"AIRLOCK_COST_HELPER=client", "URL=" + target, "CA=" + filepath.Join(dir, "ca.pem"),
+			"CONC=8", "N=" + strconv.Itoa(n), "KEEPALIVE=" + map[bool]string{true: "1", false: "0"}[keepAlive]}
+		if transparent {
+			cmd = exec.Command(nsenter, "--net="+ns, os.Args[0])
+			env = append(env, "DIAL="+fake+":"+upPort)
+		} else {
+			cmd = exec.Command(os.Args[0])
+			env = append(env, "PROXY=http://"+ln.Addr().String())
 		}
-		defer c.Close()
-		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 1, RecursionDesired: true})
-		b.StartQuestions()
-		b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName("upstream.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
-		q, _ := b.Finish()
-		c.Write(q)
-		buf := make([]byte, 512)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		n, err := c.Read(buf)
-		if err != nil {
-			return err
+		cmd.Env = append(os.Environ(), env...)
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		var m dnsmessage.Message
-		if err := m.Unpack(buf[:n]); err != nil || len(m.Answers) == 0 {
-			return fmt.Errorf("dns answer: %v", err)
-		}
-		fake = netip.AddrFrom4(m.Answers[0].Body.(*dnsmessage.AResource).A)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	pool := x509.NewCertPool()
-	pool.AddCert(aca.Certificate())
-	pool.AddCert(upCA.Certificate())
-	tlsCfg := &tls.Config{RootCAs: pool}
-	direct := func() *http.Transport {
-		return &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64,
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return (&net.Dialer{}).DialContext(ctx, "tcp", up.Listener.Addr().String())
-			}}
-	}
-	proxied := func() *http.Transport {
-		pu, _ := url.Parse("http://" + ln.Addr().String())
-		return &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64, Proxy: http.ProxyURL(pu)}
-	}
-	transparent := func() *http.Transport {
-		return &http.Transport{TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 64,
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var c net.Conn
-				err := inNetns(ns, func() error {
-					var err error
-					c, err = net.Dial("tcp", netip.AddrPortFrom(fake, uint16(mustPort(upURL.Port()))).String())
-					return err
-				})
-				return c, err
-			}}
-	}
-	const conc = 8
-	measure := func(name string, mk func() *http.Transport, keepAlive bool, n int) time.Duration {
-		tr := mk()
-		defer tr.CloseIdleConnections()
-		if !keepAlive {
-			tr.DisableKeepAlives = true
-		}
-		c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-		get := func() {
-			resp, err := c.Get(target)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				t.Fatalf("%s: status %d", name, resp.StatusCode)
-			}
-		}
-		for i := 0; i < conc; i++ { // warm: connections, leaf certificates, policy cache
-			get()
+		defer cmd.Wait()
+		r := bufio.NewReader(out)
+		if s, _ := r.ReadString('\n'); s != "ready\n" {
+			t.Fatalf("client: %q", s)
 		}
 		runtime.GC()
 		start := cpuNow()
-		var wg sync.WaitGroup
-		for w := 0; w < conc; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < n/conc; i++ {
-					get()
-				}
-			}()
+		io.WriteString(in, "go\n")
+		if s, _ := r.ReadString('\n'); s != "done\n" {
+			t.Fatalf("client: %q", s)
 		}
-		wg.Wait()
 		return (cpuNow() - start) / time.Duration(n)
 	}
-	// Rounds alternate the order, and the median of each is reported: the machine is shared.
 	median := func(ds []time.Duration) time.Duration {
 		slices.Sort(ds)
 		return ds[len(ds)/2]
 	}
+	// Rounds alternate the order, and the median is reported: the machine is shared.
 	for _, ka := range []bool{true, false} {
-		n := 3000
-		label := "keep-alive"
+		n, label := 4000, "keep-alive"
 		if !ka {
 			n, label = 400, "new connection per request"
 		}
-		var d, pr, tp []time.Duration
-		for round := 0; round < 3; round++ {
-			d = append(d, measure("direct", direct, ka, n))
+		var pr, tp []time.Duration
+		for round := 0; round < 5; round++ {
 			if round%2 == 0 {
-				pr = append(pr, measure("HTTPS_PROXY", proxied, ka, n))
-				tp = append(tp, measure("transparent", transparent, ka, n))
+				pr = append(pr, run(false, ka, n))
+				tp = append(tp, run(true, ka, n))
 			} else {
-				tp = append(tp, measure("transparent", transparent, ka, n))
-				pr = append(pr, measure("HTTPS_PROXY", proxied, ka, n))
+				tp = append(tp, run(true, ka, n))
+				pr = append(pr, run(false, ka, n))
 			}
 		}
-		dm, pm, tm := median(d), median(pr), median(tp)
-		t.Logf("%s, c=%d: process CPU per request (median of 3): direct %v, via HTTPS_PROXY %v, transparent %v", label, conc, dm, pm, tm)
-		t.Logf("%s: proxy's share (minus direct): HTTPS_PROXY %v, transparent %v, ratio %.2f×", label, pm-dm, tm-dm, float64(tm-dm)/float64(pm-dm))
+		pm, tm := median(pr), median(tp)
+		t.Logf("%s, c=8: proxy CPU per request (median of 5): via HTTPS_PROXY %v, transparent %v, ratio %.2f× (rounds: %v / %v)",
+			label, pm, tm, float64(tm)/float64(pm), pr, tp)
 	}
 }
 
-func mustPort(s string) int {
-	var n int
-	fmt.Sscanf(s, "%d", &n)
-	return n
+// askDNS asks airlock's DNS inside the namespace for upstream.test, from a process there.
+func askDNS(t *testing.T, nsenter, ns string) string {
+	t.Helper()
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 1, RecursionDesired: true})
+	b.StartQuestions()
+	b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName("upstream.test."), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q, _ := b.Finish()
+	// python3 sends the query and prints the answer's last four bytes (the A record).
+	out, err := exec.Command(nsenter, "--net="+ns, "python3", "-c", `
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5)
+s.sendto(bytes.fromhex(sys.argv[1]), ("127.0.0.1", 53))
+a = s.recv(512)[-4:]
+print(".".join(str(x) for x in a))`, fmt.Sprintf("%x", q)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dns: %v\n%s", err, out)
+	}
+	ip := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(ip, "198.18.") {
+		t.Fatalf("dns answer %q", ip)
+	}
+	return ip
+}
+
+// writePEM writes a leaf's chain and key as PEM files.
+func writePEM(t *testing.T, c *tls.Certificate, certFile, keyFile string) {
+	t.Helper()
+	var certs []byte
+	for _, der := range c.Certificate {
+		certs = append(certs, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(certFile, certs, 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600)
 }
