@@ -64,6 +64,8 @@ func TestTransparent(t *testing.T) {
 		reached string
 		never   string
 	}{
+		{name: "the resolver configuration is airlock's", ok: true,
+			script: `cat /etc/resolv.conf`, want: []string{"nameserver 127.0.0.1"}},
 		{name: "names resolve to airlock's reserved range", ok: true,
 			script: `getent ahostsv4 upstream.test`, want: []string{"198.18."}},
 		{name: "curl without a proxy, HTTPS on any port (SNI, interception)", ok: true,
