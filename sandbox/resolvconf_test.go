@@ -17,9 +17,13 @@ func TestResolvConfPlan(t *testing.T) {
 		setup func(rootfs string)
 		want  string // the op that shows ResolvConf at /etc/resolv.conf
 	}{
-		{"file", func(r string) { os.WriteFile(filepath.Join(r, "etc/resolv.conf"), []byte("nameserver 10.0.0.2\n"), 0o644) },
+		{"file", func(r string) {
+			os.WriteFile(filepath.Join(r, "etc/resolv.conf"), []byte("nameserver 10.0.0.2\n"), 0o644)
+		},
 			"bind resolver configuration"},
-		{"link into /run", func(r string) { os.Symlink("../run/systemd/resolve/stub-resolv.conf", filepath.Join(r, "etc/resolv.conf")) },
+		{"link into /run", func(r string) {
+			os.Symlink("../run/systemd/resolve/stub-resolv.conf", filepath.Join(r, "etc/resolv.conf"))
+		},
 			"write resolver configuration at /run/systemd/resolve/stub-resolv.conf"},
 		{"none", func(string) {}, ""},
 	}
