@@ -61,6 +61,9 @@ say "benchmarks, one iteration each"
 go test -count=1 -run '^$' -bench . -benchtime 1x ./...
 go test -count=1 -tags e2e -run '^$' -bench CreateExecDestroy -benchtime 3x ./e2e/docker/
 
+say "transparent egress against HTTPS_PROXY: the proxy's CPU per request (docs/performance.md)"
+go test -count=1 -tags e2e -v -run TestTransparentCost ./bench/transparent/ | grep -E 'ratio|^(ok|FAIL|---)'
+
 say "load harness, tiny settings (the README's table comes from the full run)"
 go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/
 
