@@ -174,10 +174,13 @@ func (c *Config) defaults() {
 }
 
 // Validate names the key at fault.
-// UpstreamProxyAuth names where the parent proxy's "user:password" is read (one of them).
+// UpstreamProxyAuth names where the parent proxy's credential comes from (one of them):
+// "user:password" in an environment variable or a file, or a configured credential
+// (credentials.NAME, from Vault, env or file) whose injection gives the header.
 type UpstreamProxyAuth struct {
-	Env  string `yaml:"env"`
-	File string `yaml:"file"`
+	Env        string `yaml:"env"`
+	File       string `yaml:"file"`
+	Credential string `yaml:"credential"`
 }
 
 func (c *Config) Validate() error {
@@ -186,8 +189,13 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("upstream_proxy: %w", err)
 		}
 	}
-	if c.UpstreamProxyAuth.Env != "" && c.UpstreamProxyAuth.File != "" {
-		return fmt.Errorf("upstream_proxy_auth: set env or file, not both")
+	if a := c.UpstreamProxyAuth; (a.Env != "") && (a.File != "") || (a.Credential != "" && (a.Env != "" || a.File != "")) {
+		return fmt.Errorf("upstream_proxy_auth: set one of env, file or credential")
+	}
+	if n := c.UpstreamProxyAuth.Credential; n != "" {
+		if _, ok := c.Credentials[n]; !ok {
+			return fmt.Errorf("upstream_proxy_auth.credential: %q is not in credentials", n)
+		}
 	}
 	for _, s := range c.AllowPrivate {
 		if _, err := parsePrefix(s); err != nil {

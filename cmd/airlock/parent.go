@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
+
+	"github.com/airlock-proxy/airlock/secrets"
 
 	"github.com/airlock-proxy/airlock/proxy"
 )
 
 // parentProxy builds the parent proxy from upstream_proxy (or airlock's own HTTPS_PROXY and
 // NO_PROXY) and upstream_proxy_auth.
-func parentProxy(cfg *Config) (proxy.ParentProxy, error) {
+func parentProxy(cfg *Config, creds proxy.CredentialSource) (proxy.ParentProxy, error) {
 	var pp proxy.ParentProxy
 	switch cfg.UpstreamProxy {
 	case "none":
@@ -36,6 +39,13 @@ func parentProxy(cfg *Config) (proxy.ParentProxy, error) {
 		pp.NoProxy = cfg.UpstreamNoProxy
 	}
 	a := cfg.UpstreamProxyAuth
+	if a.Credential != "" {
+		if creds == nil {
+			return pp, fmt.Errorf("upstream_proxy_auth.credential: %q: no credentials are configured", a.Credential)
+		}
+		pp.Auth = credentialAuth(creds, a.Credential)
+		return pp, nil
+	}
 	if a.Env == "" && a.File == "" {
 		return pp, nil
 	}
@@ -60,4 +70,26 @@ func parentProxy(cfg *Config) (proxy.ParentProxy, error) {
 		return "Basic " + base64.StdEncoding.EncodeToString([]byte(v)), nil
 	}
 	return pp, nil
+}
+
+// parentSandbox is the sandbox id under which airlock's own parent-proxy credential is
+// issued and cached (its leases are airlock's, not any sandbox's).
+const parentSandbox = "airlock-parent-proxy"
+
+// credentialAuth takes the parent's Proxy-Authorization from a configured credential (Vault,
+// env or file, as for any request): the header its injection sets, Proxy-Authorization or
+// Authorization (a basic injection sets the latter).
+func credentialAuth(creds proxy.CredentialSource, name string) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		out, _ := http.NewRequestWithContext(ctx, http.MethodConnect, "http://parent.invalid/", nil)
+		if _, err := creds.Attach(ctx, secrets.AttachRequest{SandboxID: parentSandbox, Names: []string{name}, Out: out}); err != nil {
+			return "", fmt.Errorf("upstream_proxy_auth.credential %q: %w", name, err)
+		}
+		for _, h := range []string{"Proxy-Authorization", "Authorization"} {
+			if v := out.Header.Get(h); v != "" {
+				return v, nil
+			}
+		}
+		return "", fmt.Errorf("upstream_proxy_auth.credential %q: its injection sets neither Proxy-Authorization nor Authorization (use inject: {basic: ...} or {header: Proxy-Authorization, ...})", name)
+	}
 }

@@ -197,7 +197,7 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	}
 	fan.sink = auditor
 	opts.Auditor = fan
-	if opts.Parent, err = parentProxy(cfg); err != nil {
+	if opts.Parent, err = parentProxy(cfg, creds); err != nil {
 		return nil, err
 	}
 	if cfg.UpstreamCA != "" {
