@@ -88,6 +88,7 @@ type Guard struct {
 	Allow    []netip.Prefix // --allow-private
 	Resolver Resolver       // nil: net.DefaultResolver
 	Dialer   *net.Dialer    // nil: 10s timeout
+	Parent   *ParentProxy   // nil: dial directly
 
 	mu   sync.RWMutex
 	self map[netip.AddrPort]bool // the proxy's own listeners: never dialled
@@ -186,6 +187,10 @@ func (g *Guard) DialContext(ctx context.Context, network, addr string) (net.Conn
 	d := g.Dialer
 	if d == nil {
 		d = &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	}
+	if pu := g.Parent.parentFor(addr); pu != nil {
+		// The addresses are checked; the parent resolves the name again (docs/transparent.md).
+		return g.Parent.dialParent(ctx, d, pu, addr)
 	}
 	var errs []error
 	for _, ip := range ips {

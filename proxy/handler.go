@@ -147,6 +147,11 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		st.ev.Decision = string(dec.Action)
 	}
 	target := joinHostPort(h, port)
+	if !(dec.Tunnel && !dec.Denies()) {
+		if f := p.transparentClassify(r.Context()); f != nil {
+			return reject(*f)
+		}
+	}
 	if dec.Tunnel && !dec.Denies() {
 		// dialTunnel writes the decision record before dialling, the completion at the end.
 		st.ev.Decision = "tunnel"

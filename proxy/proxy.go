@@ -34,13 +34,16 @@ type Options struct {
 	Auditor     Auditor
 	Telemetry   Telemetry
 
-	AllowPrivate   []netip.Prefix // destinations in these ranges may be dialled
-	UpstreamCAs    *x509.CertPool // extra roots for upstream servers; system roots always apply
-	Resolver       Resolver       // nil: the system resolver
-	RequireAuth    bool           // requests on a shared listener without a proxy credential get 407
-	Tokens         TokenOptions   // per-sandbox proxy credentials: in memory unless keys are set
-	ReportOnly     bool           // rollout mode: denied requests pass, recorded as would_deny
-	PolicyRevision func() string  // for audit events; may be nil
+	AllowPrivate []netip.Prefix // destinations in these ranges may be dialled
+	UpstreamCAs  *x509.CertPool // extra roots for upstream servers; system roots always apply
+	Resolver     Resolver       // nil: the system resolver
+	// Parent sends airlock's own outbound connections through a parent HTTP proxy with
+	// CONNECT (upstream_proxy, or HTTPS_PROXY/NO_PROXY of airlock's environment).
+	Parent         ParentProxy
+	RequireAuth    bool          // requests on a shared listener without a proxy credential get 407
+	Tokens         TokenOptions  // per-sandbox proxy credentials: in memory unless keys are set
+	ReportOnly     bool          // rollout mode: denied requests pass, recorded as would_deny
+	PolicyRevision func() string // for audit events; may be nil
 	Logger         *slog.Logger
 	Limits         Limits
 }
@@ -141,6 +144,9 @@ func New(opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.guard = &Guard{Allow: opts.AllowPrivate, Resolver: opts.Resolver}
+	if opts.Parent.URL != nil {
+		p.guard.Parent = &p.opts.Parent
+	}
 	tr, err := newTransport(p.guard, opts)
 	if err != nil {
 		return nil, err
@@ -252,7 +258,7 @@ func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = slogPrintf{p.log}
 	gp.Tr = p.tr
-	gp.ConnectDial = nil // never chain to an HTTPS_PROXY from our own environment
+	gp.ConnectDial = nil // a parent proxy is the dial guard's (Options.Parent), never goproxy's
 	// The only dial of a tunnel CONNECT: it writes the decision record first (record.go).
 	gp.ConnectDialWithReq = p.dialTunnel
 	gp.CertStore = nil

@@ -47,7 +47,8 @@ type rootConfig struct {
 	Inodes        int64 // nr_inodes of each writable tmpfs
 	UIDBase       int
 	CABundle      []byte
-	IdmapFD       int // the id-map user namespace's descriptor in the holder; -1 when absent
+	Resolver      bool // airlock answers DNS inside: resolv.conf names 127.0.0.1
+	IdmapFD       int  // the id-map user namespace's descriptor in the holder; -1 when absent
 	Protections   []Protection
 	HiddenPaths   []string // host paths covered where the sandbox would see them
 }
@@ -135,6 +136,9 @@ func planRoot(cfg *rootConfig) ([]mountOp, error) {
 	p.workspace(cfg, filepath.Join(root, workspaceDir))
 	p.protect(cfg.Protections, filepath.Join(root, workspaceDir))
 	p.caBundle(cfg, root)
+	if cfg.Resolver {
+		p.resolvConf(cfg, root)
+	}
 	p.hide(cfg)
 	for _, dir := range []string{"run", "home", "var"} {
 		p.mount("remount /"+dir+" read-only", "", filepath.Join(root, dir), "", unix.MS_REMOUNT|roFlags, "")
@@ -311,4 +315,48 @@ func (p *plan) caBundle(cfg *rootConfig, root string) {
 		p.mount("bind CA bundle", dst, sys, "", unix.MS_BIND, "")
 		p.mount("remount CA bundle", "", sys, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, "")
 	}
+}
+
+// resolvConfPath holds the resolver configuration of a sandbox with transparent egress.
+const resolvConfPath = "/run/airlock/resolv.conf"
+
+// ResolvConf is that configuration: airlock's DNS responder inside the sandbox.
+const ResolvConf = "# airlock answers every name inside this sandbox; no query leaves it\nnameserver 127.0.0.1\noptions edns0\n"
+
+// resolvConf shows ResolvConf as /etc/resolv.conf, whatever the root file system has there:
+// a file is covered by a bind mount; a link into /run (systemd-resolved's stub, for one) gets
+// its target written in the sandbox's own /run; anything else is covered if it can be. When
+// there is none at all, C libraries already ask 127.0.0.1.
+func (p *plan) resolvConf(cfg *rootConfig, root string) {
+	dst := filepath.Join(root, resolvConfPath)
+	p.add("write", "write resolver configuration", dst, ResolvConf)
+	etc := filepath.Join(cfg.Rootfs, "etc/resolv.conf")
+	fi, err := os.Lstat(etc)
+	if err != nil {
+		return
+	}
+	target := filepath.Join(root, "etc/resolv.conf")
+	if fi.Mode()&os.ModeSymlink != 0 {
+		link, err := os.Readlink(etc)
+		if err != nil {
+			return
+		}
+		if !filepath.IsAbs(link) {
+			link = filepath.Join("/etc", link)
+		}
+		link = filepath.Clean(link)
+		if strings.HasPrefix(link, "/run/") || strings.HasPrefix(link, "/var/run/") {
+			p.add("write", "write resolver configuration at "+link, filepath.Join(root, strings.TrimPrefix(link, "/var")), ResolvConf)
+			return
+		}
+		t, err := os.Stat(etc)
+		if err != nil || !t.Mode().IsRegular() {
+			return
+		}
+		target = filepath.Join(root, link)
+	} else if !fi.Mode().IsRegular() {
+		return
+	}
+	p.mount("bind resolver configuration", dst, target, "", unix.MS_BIND, "")
+	p.mount("remount resolver configuration", "", target, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, "")
 }

@@ -134,6 +134,7 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 		NewRoot: root, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
 		TmpSize: o.TmpSize, UIDBase: in.uidBase, CABundle: o.CABundle, IdmapFD: -1,
 		Ptys: o.Ptys, Inodes: o.Inodes, HiddenPaths: o.HiddenPaths,
+		Resolver: Transparent(o),
 	}
 	if o.Workspace != "" {
 		fi, err := os.Stat(o.Workspace)
@@ -310,15 +311,10 @@ func (in *nativeInstance) idmapNamespace() (func(), *os.File, error) {
 }
 
 func (in *nativeInstance) attachProxy() error {
-	lns, err := listenInNetns(fmt.Sprintf("/proc/%d/ns/net", in.holder.Process.Pid))
-	if err != nil {
-		return err
-	}
 	id := Identity{ID: in.opts.ID, Labels: in.opts.Labels}
-	for _, ln := range lns {
-		in.detach = append(in.detach, in.opts.Proxy.Attach(ln, id))
-	}
-	return nil
+	detach, err := AttachNetns(fmt.Sprintf("/proc/%d/ns/net", in.holder.Process.Pid), in.opts.Proxy, id, in.opts.ProxyOnly)
+	in.detach = append(in.detach, detach...)
+	return err
 }
 
 // upperDir is the copy-on-write layer's upper directory.

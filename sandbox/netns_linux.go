@@ -3,8 +3,6 @@ package sandbox
 import (
 	"fmt"
 	"net"
-	"os"
-	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -18,43 +16,17 @@ import (
 // switched back before it is unlocked. If switching back fails the goroutine exits still
 // locked, and the Go runtime terminates that thread rather than reuse it.
 func listenInNetns(nsPath string) ([]net.Listener, error) {
-	type result struct {
-		lns []net.Listener
-		err error
+	var lns []net.Listener
+	err := inNetns(nsPath, func(int) error {
+		var err error
+		lns, err = openProxyListeners()
+		return err
+	})
+	if err != nil {
+		closeListeners(lns)
+		return nil, err
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("open own network namespace: %w", err)}
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(nsPath)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("open sandbox network namespace: %w", err)}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("enter sandbox network namespace: %w", err)}
-			return
-		}
-		lns, lerr := openProxyListeners()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			closeListeners(lns)
-			done <- result{err: fmt.Errorf("return to own network namespace: %w", err)}
-			return // the thread stays locked and dies with this goroutine
-		}
-		runtime.UnlockOSThread()
-		done <- result{lns: lns, err: lerr}
-	}()
-	r := <-done
-	return r.lns, r.err
+	return lns, nil
 }
 
 func openProxyListeners() ([]net.Listener, error) {

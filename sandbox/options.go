@@ -82,8 +82,13 @@ type Options struct {
 	Env      []string // explicit K=V entries added to the built environment
 	CABundle []byte   // PEM bundle (system roots + airlock CA) the sandbox trusts
 
-	Proxy   ProxyHost // serves the sandbox's listener; nil means no network at all
-	Revoker Revoker   // revokes the sandbox's credential leases on Close; may be nil
+	Proxy ProxyHost // serves the sandbox's listener; nil means no network at all
+	// ProxyOnly turns transparent egress off: the sandbox's only way out is then the proxy
+	// listener (HTTP_PROXY), with no route, no redirected connections and no DNS. By
+	// default a Proxy that implements TransparentHost also gets every TCP connection and
+	// DNS query of the sandbox (native and Docker netns backends).
+	ProxyOnly bool
+	Revoker   Revoker // revokes the sandbox's credential leases on Close; may be nil
 
 	Logger  *slog.Logger // nil means discard
 	OnEvent EventFunc    // lifecycle events for audit; may be nil

@@ -12,7 +12,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
 say "Debian packages"
-pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs tmux vim)
+pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs tmux vim openssh-server openssh-client openssl)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -66,6 +66,9 @@ say "real Vault (e2e/vault module)"
 say "benchmarks, one iteration each"
 go test -count=1 -run '^$' -bench . -benchtime 1x ./...
 go test -count=1 -tags e2e -run '^$' -bench CreateExecDestroy -benchtime 3x ./e2e/docker/
+
+say "transparent egress against HTTPS_PROXY: the proxy's CPU per request (docs/performance.md)"
+go test -count=1 -tags e2e -v -run TestTransparentCost ./bench/transparent/ | grep -E 'ratio|^(ok|FAIL|---)'
 
 say "load harness, tiny settings (the README's table comes from the full run)"
 go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/

@@ -44,6 +44,7 @@ type sandboxFlags struct {
 	allowAIO                                                          bool
 	tty                                                               ttyMode
 	interactive                                                       bool
+	transparent                                                       bool
 }
 
 func addSandboxCmd(root *cobra.Command) {
@@ -115,6 +116,7 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.StringArrayVar(&sf.labels, "label", nil, "sandbox label K=V, seen by the policy as input.sandbox.labels (repeatable)")
 	fl.StringArrayVar(&sf.env, "env", nil, "environment variable K=V for the command (repeatable)")
 	fl.StringArrayVar(&sf.protect, "protect", nil, "workspace path (relative to it) that host tools run, read-only inside when it exists, besides sandbox.protected_paths or the default list and git's hooks and config (repeatable)")
+	fl.BoolVar(&sf.transparent, "transparent", true, "route every TCP connection and DNS query of the sandbox into airlock, for clients that ignore HTTP_PROXY (native and Docker netns backends; sandbox.transparent in the config)")
 	fl.BoolVar(&sf.allowAIO, "allow-aio", false, "permit Linux AIO (io_setup) in the sandbox; refused by default: AIO contexts are machine-wide, with no per-sandbox limit")
 	fl.StringVar(&sf.backend, "backend", "", "native, docker or kubernetes (default native)")
 	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends)")
@@ -161,6 +163,10 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env,
 		AllowAIO: cfg.Sandbox.AllowAIO || sf.allowAIO, ProtectedPaths: cfg.Sandbox.ProtectedPaths,
 		HiddenPaths: cfg.hiddenPaths(configFile(cmd))}
+	o.ProxyOnly = cfg.Sandbox.Transparent != nil && !*cfg.Sandbox.Transparent
+	if cmd.Flags().Changed("transparent") {
+		o.ProxyOnly = !sf.transparent
+	}
 	if len(sf.protect) > 0 {
 		if o.ProtectedPaths == nil {
 			o.ProtectedPaths = sandbox.DefaultProtectedPaths

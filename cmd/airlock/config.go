@@ -17,31 +17,37 @@ import (
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/internal/redact"
+	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/secrets"
 )
 
 // Config is the one YAML config file. Keys mirror the flags; flags override the file.
 type Config struct {
-	Home         string                              `yaml:"home"`         // $AIRLOCK_HOME: CA, approval db, default audit log
-	Listen       []string                            `yaml:"listen"`       // proxy listeners (shared; identity by credential)
-	AdminListen  string                              `yaml:"admin_listen"` // admin API: health, metrics, approvals
-	Admin        AdminConfig                         `yaml:"admin"`        // Host names and body bound of the admin API
-	Policy       string                              `yaml:"policy"`       // directory, bundle .tar.gz, or bundle URL; "" = shipped
-	PolicyConfig PolicyConfig                        `yaml:"policy_options"`
-	ReportOnly   bool                                `yaml:"report_only"`   // rollout: denied requests pass as would_deny
-	AllowPrivate []string                            `yaml:"allow_private"` // CIDRs the dial guard may dial
-	UpstreamCA   string                              `yaml:"upstream_ca"`   // extra roots for upstream TLS
-	RequireAuth  bool                                `yaml:"require_auth"`  // 407 without a proxy credential
-	AuditLog     string                              `yaml:"audit_log"`     // "" = $AIRLOCK_HOME/audit.jsonl; "-" disables
-	Audit        AuditConfig                         `yaml:"audit"`
-	Limits       LimitsConfig                        `yaml:"limits"`
-	Log          LogConfig                           `yaml:"log"`
-	Telemetry    TelemetryConfig                     `yaml:"telemetry"` // exporters come from the OTEL_* variables
-	Vault        secrets.VaultConfig                 `yaml:"vault"`
-	Credentials  map[string]secrets.CredentialConfig `yaml:"credentials"`
-	Approvals    approval.Config                     `yaml:"approvals"`
-	Proxy        ProxyConfig                         `yaml:"proxy"`
-	Sandbox      SandboxConfig                       `yaml:"sandbox"`
+	Home         string       `yaml:"home"`         // $AIRLOCK_HOME: CA, approval db, default audit log
+	Listen       []string     `yaml:"listen"`       // proxy listeners (shared; identity by credential)
+	AdminListen  string       `yaml:"admin_listen"` // admin API: health, metrics, approvals
+	Admin        AdminConfig  `yaml:"admin"`        // Host names and body bound of the admin API
+	Policy       string       `yaml:"policy"`       // directory, bundle .tar.gz, or bundle URL; "" = shipped
+	PolicyConfig PolicyConfig `yaml:"policy_options"`
+	ReportOnly   bool         `yaml:"report_only"`   // rollout: denied requests pass as would_deny
+	AllowPrivate []string     `yaml:"allow_private"` // CIDRs the dial guard may dial
+	UpstreamCA   string       `yaml:"upstream_ca"`   // extra roots for upstream TLS
+	// UpstreamProxy sends airlock's own outbound connections through a parent HTTP proxy
+	// (CONNECT); "" uses HTTPS_PROXY/NO_PROXY of airlock's environment, "none" none at all.
+	UpstreamProxy     string                              `yaml:"upstream_proxy"`
+	UpstreamNoProxy   string                              `yaml:"upstream_no_proxy"`   // NO_PROXY syntax; "" = $NO_PROXY
+	UpstreamProxyAuth UpstreamProxyAuth                   `yaml:"upstream_proxy_auth"` // user:password for the parent
+	RequireAuth       bool                                `yaml:"require_auth"`        // 407 without a proxy credential
+	AuditLog          string                              `yaml:"audit_log"`           // "" = $AIRLOCK_HOME/audit.jsonl; "-" disables
+	Audit             AuditConfig                         `yaml:"audit"`
+	Limits            LimitsConfig                        `yaml:"limits"`
+	Log               LogConfig                           `yaml:"log"`
+	Telemetry         TelemetryConfig                     `yaml:"telemetry"` // exporters come from the OTEL_* variables
+	Vault             secrets.VaultConfig                 `yaml:"vault"`
+	Credentials       map[string]secrets.CredentialConfig `yaml:"credentials"`
+	Approvals         approval.Config                     `yaml:"approvals"`
+	Proxy             ProxyConfig                         `yaml:"proxy"`
+	Sandbox           SandboxConfig                       `yaml:"sandbox"`
 }
 
 // ProxyConfig is about the per-sandbox proxy credentials the proxy issues.
@@ -168,7 +174,29 @@ func (c *Config) defaults() {
 }
 
 // Validate names the key at fault.
+// UpstreamProxyAuth names where the parent proxy's credential comes from (one of them):
+// "user:password" in an environment variable or a file, or a configured credential
+// (credentials.NAME, from Vault, env or file) whose injection gives the header.
+type UpstreamProxyAuth struct {
+	Env        string `yaml:"env"`
+	File       string `yaml:"file"`
+	Credential string `yaml:"credential"`
+}
+
 func (c *Config) Validate() error {
+	if c.UpstreamProxy != "" && c.UpstreamProxy != "none" {
+		if _, err := proxy.ParseParentURL(c.UpstreamProxy); err != nil {
+			return fmt.Errorf("upstream_proxy: %w", err)
+		}
+	}
+	if a := c.UpstreamProxyAuth; (a.Env != "") && (a.File != "") || (a.Credential != "" && (a.Env != "" || a.File != "")) {
+		return fmt.Errorf("upstream_proxy_auth: set one of env, file or credential")
+	}
+	if n := c.UpstreamProxyAuth.Credential; n != "" {
+		if _, ok := c.Credentials[n]; !ok {
+			return fmt.Errorf("upstream_proxy_auth.credential: %q is not in credentials", n)
+		}
+	}
 	for _, s := range c.AllowPrivate {
 		if _, err := parsePrefix(s); err != nil {
 			return fmt.Errorf("allow_private: %w", err)

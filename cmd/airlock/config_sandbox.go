@@ -24,6 +24,10 @@ type SandboxConfig struct {
 	// AllowAIO permits Linux AIO (io_setup and its family) in sandboxes; refused by
 	// default, since AIO contexts are machine-wide with no per-namespace limit.
 	AllowAIO bool `yaml:"allow_aio"`
+	// Transparent routes every TCP connection and DNS query of a native or Docker (netns)
+	// sandbox into airlock, for clients that ignore HTTP_PROXY; on unless set to false
+	// (flag --transparent=false). HTTP_PROXY keeps working either way.
+	Transparent *bool `yaml:"transparent"`
 	// ProtectedPaths are workspace paths (relative to it) that host tools run or read as
 	// configuration, read-only inside a read-write or copy-on-write workspace when they
 	// exist at start; git's hooks and config always are. Unset: the default list

@@ -27,6 +27,7 @@ func (c *Config) secretFiles() []secretFile {
 		add(fmt.Sprintf("approvals.approvers[%d].token_file", i), a.TokenFile)
 	}
 	add("approvals.service_token_file", c.Approvals.ServiceTokenFile)
+	add("upstream_proxy_auth.file", c.UpstreamProxyAuth.File)
 	add("proxy.token_key_file", c.Proxy.TokenKeyFile)
 	for i, is := range c.Proxy.Issuers {
 		add(fmt.Sprintf("proxy.issuers[%d].token_file", i), is.TokenFile)

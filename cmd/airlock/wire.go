@@ -197,6 +197,9 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	}
 	fan.sink = auditor
 	opts.Auditor = fan
+	if opts.Parent, err = parentProxy(cfg, creds); err != nil {
+		return nil, err
+	}
 	if cfg.UpstreamCA != "" {
 		opts.UpstreamCAs, err = proxy.LoadCAFile(cfg.UpstreamCA)
 		if err != nil {

@@ -56,6 +56,12 @@ decision := {"action": "allow", "rule": "clients.connect"} if {
 	input.request.host in hosts
 }
 
+# Raw TCP (transparent egress): ssh.test on any port passes through uninspected.
+decision := {"action": "allow", "tunnel": true, "rule": "clients.raw"} if {
+	input.phase == "connect"
+	input.request.host == "ssh.test"
+}
+
 decision := {"action": "allow", "rule": "clients.read"} if {
 	input.phase == "request"
 	input.request.host in hosts

@@ -40,8 +40,9 @@ func TestNetNSThroughProxy(t *testing.T) {
 	if err := os.Chown(ws, 1234, 1234); err != nil {
 		t.Fatal(err)
 	}
+	// The proxy listener only (transparent egress off): TestNetNSTransparent covers the default.
 	o := sandbox.Options{ID: "sbx-docker-netns", Labels: map[string]string{"task": "e2e"}, Backend: b, Proxy: rp.p,
-		CABundle: rp.bundle, Workspace: ws, Memory: 128 << 20, Pids: 64, CPUs: 1}
+		CABundle: rp.bundle, Workspace: ws, Memory: 128 << 20, Pids: 64, CPUs: 1, ProxyOnly: true}
 	s := newSandbox(t, o)
 	base := "https://upstream.test:" + rp.port
 	tests := []struct {

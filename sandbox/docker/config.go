@@ -106,6 +106,10 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 		// Docker turns IPv6 off in containers; the proxy's listener needs [::1] on lo as
 		// the native backend has it, so that clients preferring IPv6 find it too.
 		host.Sysctls["net.ipv6.conf.lo.disable_ipv6"] = "0"
+		if sandbox.Transparent(o) {
+			// airlock answers DNS inside the container's namespace (transparent egress).
+			host.DNS = []string{"127.0.0.1"}
+		}
 	}
 	var protections []sandbox.Protection
 	if o.Workspace != "" {

@@ -154,13 +154,11 @@ func (in *instance) attachProxy() error {
 	if !strings.Contains(string(cg), in.id) {
 		return fmt.Errorf("attach proxy: process %d is not in container %s (is airlock in the daemon's pid namespace?)", in.pid, in.id[:12])
 	}
-	lns, err := sandbox.ListenInNetns(fmt.Sprintf("/proc/%d/ns/net", in.pid))
+	id := sandbox.Identity{ID: in.opts.ID, Labels: in.opts.Labels}
+	detach, err := sandbox.AttachNetns(fmt.Sprintf("/proc/%d/ns/net", in.pid), in.opts.Proxy, id, in.opts.ProxyOnly)
+	in.detach = append(in.detach, detach...)
 	if err != nil {
 		return fmt.Errorf("attach proxy: %w", err)
-	}
-	id := sandbox.Identity{ID: in.opts.ID, Labels: in.opts.Labels}
-	for _, ln := range lns {
-		in.detach = append(in.detach, in.opts.Proxy.Attach(ln, id))
 	}
 	return nil
 }
