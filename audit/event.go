@@ -48,8 +48,11 @@ type Event struct {
 	Status     int               `json:"status,omitempty"`
 	BytesIn    int64             `json:"bytes_in,omitempty"`
 	BytesOut   int64             `json:"bytes_out,omitempty"`
-	DurationMS float64           `json:"duration_ms,omitempty"`
-	TraceID    string            `json:"trace_id,omitempty"`
-	SpanID     string            `json:"span_id,omitempty"`
-	ErrorClass string            `json:"error_class,omitempty"`
+	// Redactions is how many times the scrubber replaced an attached credential in the
+	// response (status line, headers, body, trailers): the upstream echoed it whole.
+	Redactions int64   `json:"redactions,omitempty"`
+	DurationMS float64 `json:"duration_ms,omitempty"`
+	TraceID    string  `json:"trace_id,omitempty"`
+	SpanID     string  `json:"span_id,omitempty"`
+	ErrorClass string  `json:"error_class,omitempty"`
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/secrets"
 )
 
 // tunnel is what a CONNECT established; goproxy hands it to every request read inside it.
@@ -41,6 +42,9 @@ type reqState struct {
 	reflects, upgrade bool
 	// recorded: the decision record is written (recordDecision); nothing is forwarded before.
 	recorded bool
+	// scrub is the response's scrubber once credentials are attached; finish counts its
+	// redactions.
+	scrub secrets.Scrubber
 }
 
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -368,6 +372,7 @@ func (p *Proxy) finish(ctx context.Context, st *reqState) error {
 		return nil
 	}
 	st.done = true
+	p.countRedactions(ctx, st)
 	st.ev.Time = st.start.UTC()
 	st.ev.DurationMS = float64(time.Since(st.start).Microseconds()) / 1000
 	st.end(&st.ev)

@@ -65,7 +65,14 @@ type Limits struct {
 	MaxHeldPerSandbox      int
 	MaxHeldBytesPerSandbox int64
 	MaxHeldBytes           int64
+	// MaxRedactionsPerCredential: once the scrubber has redacted a credential this many
+	// times in one sandbox's responses, that sandbox may no longer use it (403): an upstream
+	// that keeps echoing it is being used to test guesses. Default DefaultMaxRedactions.
+	MaxRedactionsPerCredential int
 }
+
+// DefaultMaxRedactions is the default of Limits.MaxRedactionsPerCredential.
+const DefaultMaxRedactions = 10
 
 func (l *Limits) setDefaults() {
 	if l.MaxHeaderBytes <= 0 {
@@ -89,6 +96,9 @@ func (l *Limits) setDefaults() {
 	if l.MaxConnsPerListener <= 0 {
 		l.MaxConnsPerListener = 20000
 	}
+	if l.MaxRedactionsPerCredential <= 0 {
+		l.MaxRedactionsPerCredential = DefaultMaxRedactions
+	}
 	if l.MaxHeldPerSandbox <= 0 {
 		l.MaxHeldPerSandbox = approval.DefaultMaxPendingPerSandbox
 	}
@@ -110,6 +120,8 @@ type Proxy struct {
 	tokens tokens
 	flight inflight
 	held   *heldBudget
+	// redacted counts redactions per sandbox and credential (Limits.MaxRedactionsPerCredential).
+	redacted redactions
 
 	mu      sync.Mutex
 	servers map[*http.Server]struct{}

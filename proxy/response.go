@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -18,14 +17,17 @@ import (
 // parts). Unless the rule declared "reflects": false, the destination is taken to echo
 // what it receives: nothing that could carry a value past the scrubber is passed on.
 
-// withCredentials refuses an Upgrade the rule did not allow and, for a destination that may
-// reflect, removes what would let the sandbox reassemble a value from pieces (Range) or
-// have the upgraded stream compressed (WebSocket extensions).
+// withCredentials refuses an Upgrade the rule did not allow (with "upgrade": true and
+// "reflects": false: an upgraded stream is interactive, and the scrubber's fixed hold-back
+// would keep back the end of every message the sandbox waits for) and, for a destination
+// that may reflect, removes what would let the sandbox reassemble a value from pieces
+// (Range).
 func (st *reqState) withCredentials(req *http.Request) *refusal {
-	if up := req.Header.Get("Upgrade"); up != "" && !st.upgrade {
+	if up := req.Header.Get("Upgrade"); up != "" && (!st.upgrade || st.reflects) {
 		return &refusal{status: http.StatusForbidden, decision: "deny", rule: st.ev.Rule, class: "policy",
 			reason: fmt.Sprintf("this request asks to switch protocols (Upgrade: %s) and carries credentials (%s); "+
-				"an upgraded connection is not an HTTP response airlock can check as a whole, so the rule %s must declare \"upgrade\": true to allow it; ask the operator",
+				"an upgraded connection is not an HTTP response airlock can check as a whole, so the rule %s must declare \"upgrade\": true and \"reflects\": false "+
+				"(the destination never echoes the credentials) to allow it; ask the operator",
 				up, strings.Join(st.creds, ", "), st.ev.Rule)}
 	}
 	if st.reflects {
@@ -69,9 +71,8 @@ func (st *reqState) guardResponse(req *http.Request, resp *http.Response, scrub 
 			what, strings.Join(st.creds, ", "), st.ev.Rule)}
 }
 
-// guardUpgrade passes a 101 only when the request asked to upgrade and the rule allowed it;
-// its headers are scrubbed and, unless the destination does not reflect, so is the stream
-// from the upstream, which must not have negotiated an extension (compression).
+// guardUpgrade passes a 101 only when the request asked to upgrade and the rule allowed it
+// for a destination that does not reflect; its headers are scrubbed, the stream is not.
 func (st *reqState) guardUpgrade(req *http.Request, resp *http.Response, scrub secrets.Scrubber) *refusal {
 	refuse := func(reason string) *refusal {
 		if resp.Body != nil {
@@ -79,27 +80,9 @@ func (st *reqState) guardUpgrade(req *http.Request, resp *http.Response, scrub s
 		}
 		return &refusal{status: http.StatusBadGateway, decision: "error", rule: st.ev.Rule, class: "uninspectable", reason: reason}
 	}
-	if !st.upgrade || req.Header.Get("Upgrade") == "" {
-		return refuse("the upstream switched protocols (101) on a request that carries credentials and did not ask to upgrade; the connection is closed")
+	if !st.upgrade || st.reflects || req.Header.Get("Upgrade") == "" {
+		return refuse("the upstream switched protocols (101) on a request that carries credentials and was not allowed to upgrade; the connection is closed")
 	}
 	scrub.ScrubHead(resp)
-	if !st.reflects {
-		return nil
-	}
-	if ext := resp.Header.Get("Sec-WebSocket-Extensions"); ext != "" {
-		return refuse(fmt.Sprintf("the upstream negotiated the WebSocket extension %q, which airlock did not offer and which could compress the stream past its check for credentials; the connection is closed", ext))
-	}
-	rwc, ok := resp.Body.(io.ReadWriteCloser)
-	if !ok {
-		return refuse("the upstream switched protocols without a usable connection")
-	}
-	resp.Body = upgradedConn{Reader: scrub.Reader(rwc), Writer: rwc, Closer: rwc}
 	return nil
-}
-
-// upgradedConn is an upgraded connection whose reads (upstream to sandbox) are scrubbed.
-type upgradedConn struct {
-	io.Reader
-	io.Writer
-	io.Closer
 }

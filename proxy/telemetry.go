@@ -95,7 +95,7 @@ func facts(ev *audit.Event) telemetry.RequestFacts {
 		Kind: ev.Kind, SandboxID: ev.SandboxID, Method: ev.Method, Scheme: ev.Scheme, Host: ev.Host,
 		Port: ev.Port, Path: ev.Path, Phase: ev.Phase, Decision: ev.Decision, Rule: ev.Rule,
 		Reason: ev.Reason, PolicyRev: ev.PolicyRev, Creds: ev.Creds, ApprovalID: ev.ApprovalID,
-		Approver: ev.Approver, Status: ev.Status, BytesIn: ev.BytesIn, BytesOut: ev.BytesOut,
+		Approver: ev.Approver, Status: ev.Status, BytesIn: ev.BytesIn, BytesOut: ev.BytesOut, Redactions: ev.Redactions,
 		Duration: time.Duration(ev.DurationMS * float64(time.Millisecond)), ErrorClass: ev.ErrorClass,
 	}
 }

@@ -136,6 +136,9 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 		if f := st.withCredentials(req); f != nil {
 			return fail(*f)
 		}
+		if f := p.redactionLimit(st); f != nil {
+			return fail(*f)
+		}
 		if p.opts.Credentials == nil {
 			return fail(refusal{status: http.StatusServiceUnavailable, decision: "error", rule: st.ev.Rule,
 				reason: "the policy names credentials " + strings.Join(st.creds, ", ") + " but no credential source is configured", class: "credential"})
@@ -154,6 +157,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 			return fail(refusal{status: status, decision: "error", rule: st.ev.Rule, reason: err.Error(), class: "credential"})
 		}
 		done("")
+		st.scrub = scrub
 		st.afterAttach(req)
 	}
 	var in *countingReader
@@ -187,9 +191,15 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 		p.finish(req.Context(), st)
 		return resp, nil
 	}
-	resp.Body = &recordingBody{ReadCloser: resp.Body, onClose: func(n int64) {
+	resp.Body = &recordingBody{ReadCloser: resp.Body, onClose: func(n int64, cut string) {
 		u.release()
 		st.ev.BytesOut = n
+		if cut != "" {
+			// The status line went out: the stream is cut instead, which the client sees as a
+			// broken response.
+			st.ev.ErrorClass = "uninspectable"
+			st.ev.Reason = "the response was cut: the upstream sent " + cut + ", which airlock cannot check for the credentials it attached"
+		}
 		p.finish(context.Background(), st)
 	}}
 	return resp, nil
@@ -251,13 +261,18 @@ func (c *countingReader) Read(b []byte) (int, error) {
 type recordingBody struct {
 	io.ReadCloser
 	n       int64
+	cut     string // what the scrubber refused in the middle of the body
 	closed  bool
-	onClose func(n int64)
+	onClose func(n int64, cut string)
 }
 
 func (b *recordingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n += int64(n)
+	var ue *secrets.UninspectableError
+	if err != nil && b.cut == "" && errors.As(err, &ue) {
+		b.cut = ue.What
+	}
 	return n, err
 }
 
@@ -265,7 +280,7 @@ func (b *recordingBody) Close() error {
 	err := b.ReadCloser.Close()
 	if !b.closed {
 		b.closed = true
-		b.onClose(b.n)
+		b.onClose(b.n, b.cut)
 	}
 	return err
 }

@@ -12,7 +12,7 @@
 #   "upgrade": bool}. The reason is shown to the agent in the sandbox: say what was refused
 #   and what to do. "reflects": false declares that the destination never echoes the
 #   credentials (responses then pass unchecked); "upgrade": true lets a request with
-#   credentials switch protocols (WebSocket).
+#   credentials switch protocols (WebSocket), and needs "reflects": false.
 package airlock
 
 # decision is the one document the proxy reads. When several rules of the winning action

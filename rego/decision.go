@@ -96,6 +96,9 @@ func readDecision(v ast.Value) (Decision, error) {
 	if d.Tunnel && len(d.Credentials) > 0 {
 		return d, malformed("tunnel: true cannot carry credentials (a tunnel is not intercepted)")
 	}
+	if d.Upgrade && len(d.Credentials) > 0 && d.MayReflect() {
+		return d, malformed(`upgrade: true with credentials needs "reflects": false (an upgraded stream cannot be checked for echoed credentials without holding back what the sandbox waits for, so only a destination declared not to reflect may upgrade)`)
+	}
 	return d, nil
 }
 

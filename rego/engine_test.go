@@ -108,6 +108,8 @@ decision := {"action": "allow", "rule": "t.quiet", "credentials": ["c"], "reflec
 decision := {"action": "allow", "rule": "t.echo", "credentials": ["c"]} if input.request.host == "echo.example"
 
 decision := {"action": "allow", "rule": "t.said", "credentials": ["c"], "reflects": true} if input.request.host == "said.example"
+
+decision := {"action": "allow", "rule": "t.open", "upgrade": true} if input.request.host == "open.example"
 `}, Options{})
 	for _, tc := range []struct {
 		host             string
@@ -117,6 +119,7 @@ decision := {"action": "allow", "rule": "t.said", "credentials": ["c"], "reflect
 		{"quiet.example", false, true, `"reflects":false,"upgrade":true`},
 		{"echo.example", true, false, ""},
 		{"said.example", true, false, `"reflects":true`},
+		{"open.example", true, true, `"upgrade":true`}, // no credentials: nothing to reflect
 	} {
 		for range 2 { // the second answer comes from the decision cache
 			d, err := e.Decide(context.Background(), requestInput("GET", tc.host, "/"))
@@ -148,6 +151,8 @@ func TestDecideMalformedDecisionDenies(t *testing.T) {
 		{"tunnel with credentials", `{"action": "allow", "rule": "x.t", "tunnel": true, "credentials": ["c"]}`, "tunnel: true cannot carry credentials"},
 		{"tunnel not a bool", `{"action": "allow", "rule": "x.t", "tunnel": "yes"}`, "tunnel is string"},
 		{"reflects not a bool", `{"action": "allow", "rule": "x.r", "credentials": ["c"], "reflects": "no"}`, "reflects is string"},
+		{"upgrade with credentials that may reflect", `{"action": "allow", "rule": "x.u", "credentials": ["c"], "upgrade": true}`, `upgrade: true with credentials needs "reflects": false`},
+		{"upgrade with credentials said to reflect", `{"action": "approve", "rule": "x.u", "credentials": ["c"], "upgrade": true, "reflects": true}`, `upgrade: true with credentials needs "reflects": false`},
 		{"upgrade not a bool", `{"action": "allow", "rule": "x.u", "credentials": ["c"], "upgrade": 1}`, "upgrade is number"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

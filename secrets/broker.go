@@ -182,7 +182,7 @@ func (b *Broker) Attach(ctx context.Context, r AttachRequest) (Scrubber, error) 
 	if s == nil {
 		return nil, nil
 	}
-	return s, nil
+	return s.forRequest(), nil
 }
 
 func (b *Broker) hook(name string, cached bool, err error) {

@@ -9,7 +9,7 @@ type matcher struct {
 	off    []int32 // the edges of node i are eb[off[i]:off[i+1]] (labels) and eto[...] (targets)
 	eb     []byte
 	eto    []int32
-	accept []bool          // a node that completes a pattern
+	accept []int32         // a node that completes a pattern: acceptValue, or 1+i for signatures[i]
 	root   [256][]int32    // the nodes a match starting with byte c reaches
 	starts [256]bool       // whether any pattern starts with byte c
 	pairs  [1 << 10]uint64 // bit c1<<8|c2: whether any pattern starts with bytes c1 c2
@@ -27,8 +27,12 @@ type edge struct {
 	to int32
 }
 
+// acceptValue marks a node that completes a value's pattern.
+const acceptValue = -1
+
 // compile builds the matcher for the values' patterns (see patternsFor), or nil when there
-// is none.
+// is none. It also finds the signatures of compressed formats (signaturePatterns), which
+// are reported, not redacted.
 func compile(vals []string) *matcher {
 	var nodes [][]edge
 	newNode := func() int32 { nodes = append(nodes, nil); return int32(len(nodes) - 1) }
@@ -41,56 +45,69 @@ func compile(vals []string) *matcher {
 		nodes[from] = append(nodes[from], edge{b, to})
 	}
 	newNode() // 0: the root, where every match starts
-	var accept []int32
+	type acc struct{ node, kind int32 }
+	var accept []acc
 	window := 0
+	type kp struct {
+		p    pattern
+		kind int32
+	}
+	var all []kp
 	for _, v := range vals {
 		for _, p := range patternsFor(v) {
-			cur, longest := int32(0), 0
-			for _, u := range p {
-				end := newNode()
-				type key struct {
-					from int32
-					b    byte
-				}
-				inner := map[key]int32{} // this unit's trie: spellings share their prefixes
-				ulong := 0
-				for _, alt := range u {
-					ulong = max(ulong, len(alt))
-					x := cur
-					for j, b := range alt {
-						if j == len(alt)-1 {
-							addEdge(x, b, end)
-							break
-						}
-						y, ok := inner[key{x, b}]
-						if !ok {
-							y = newNode()
-							inner[key{x, b}] = y
-							addEdge(x, b, y)
-						}
-						x = y
-					}
-				}
-				longest += ulong
-				cur = end
-			}
-			if len(p) > 0 {
-				accept = append(accept, cur)
-				window = max(window, longest)
-			}
+			all = append(all, kp{p, acceptValue})
 		}
 	}
-	if len(accept) == 0 {
+	if len(all) == 0 {
 		return nil
 	}
-	m := &matcher{accept: make([]bool, len(nodes)), window: window, off: make([]int32, len(nodes)+1)}
+	for i, p := range signaturePatterns() {
+		all = append(all, kp{p, int32(i) + 1})
+	}
+	for _, pk := range all {
+		p := pk.p
+		cur, longest := int32(0), 0
+		for _, u := range p {
+			end := newNode()
+			type key struct {
+				from int32
+				b    byte
+			}
+			inner := map[key]int32{} // this unit's trie: spellings share their prefixes
+			ulong := 0
+			for _, alt := range u {
+				ulong = max(ulong, len(alt))
+				x := cur
+				for j, b := range alt {
+					if j == len(alt)-1 {
+						addEdge(x, b, end)
+						break
+					}
+					y, ok := inner[key{x, b}]
+					if !ok {
+						y = newNode()
+						inner[key{x, b}] = y
+						addEdge(x, b, y)
+					}
+					x = y
+				}
+			}
+			longest += ulong
+			cur = end
+		}
+		if len(p) > 0 {
+			accept = append(accept, acc{cur, pk.kind})
+			window = max(window, longest)
+		}
+	}
+	m := &matcher{accept: make([]int32, len(nodes)), window: window, off: make([]int32, len(nodes)+1)}
 	for _, a := range accept {
-		m.accept[a] = true
+		m.accept[a.node] = a.kind
 	}
 	for _, e := range nodes[0] {
 		m.root[e.b] = append(m.root[e.b], e.to)
 		m.starts[e.b] = true
-		m.short = m.short || m.accept[e.to]
+		m.short = m.short || m.accept[e.to] != 0
 		for _, e2 := range nodes[e.to] {
 			i := uint(e.b)<<8 | uint(e2.b)
 			m.pairs[i>>6] |= 1 << (i & 63)
@@ -117,10 +134,6 @@ func compile(vals []string) *matcher {
 	return m
 }
 
-// partialMin is how many bytes of a match in progress make the end of a stream redact them:
-// a response that stops in the middle of an echoed value must not hand out its beginning.
-const partialMin = 8
-
 type thread struct {
 	node  int32
 	start int64 // stream offset of the match's first byte
@@ -128,10 +141,16 @@ type thread struct {
 
 type span struct{ from, to int64 }
 
-// redactor runs a matcher over a stream and replaces every match with Redaction. Matches may
-// overlap (an echoed value inside its own base64 form, a value that ends as it starts): the
-// union of their bytes is replaced, with one marker for each run. It holds back only bytes
-// that a match in progress covers, so at most window-1 bytes.
+// redactor runs a matcher over a stream and replaces every whole match with Redaction.
+// Matches may overlap (an echoed value inside its own base64 form, a value that ends as it
+// starts): the union of their bytes is replaced, with one marker for each run.
+//
+// What it reveals about the secret is only whether a whole match occurred: it always holds
+// back exactly the last window-1 bytes of its input (all of them at the end of the stream),
+// whatever they are, so how the output is cut into reads does not depend on whether the
+// tail looks like the beginning of a value; and at the end of the stream a match in progress
+// (a prefix of a value) is passed on unchanged, not redacted. A stream that ends in a prefix
+// of the value therefore comes out exactly as it went in, for every length of that prefix.
 type redactor struct {
 	m        *matcher
 	threads  []thread
@@ -145,9 +164,13 @@ type redactor struct {
 	gen      []uint64 // the step at which slot was set
 	g        uint64   // the current step
 	indexed  bool     // slot covers next in this step
+	markers  int64    // Redaction markers emitted
+	sigs     bool     // whether to look for signatures (a body, not a header)
+	sigAt    int64    // stream offset of the first signature found, or -1
+	sigName  string   // what that signature is
 }
 
-func newRedactor(m *matcher) redactor { return redactor{m: m, markedTo: -1} }
+func newRedactor(m *matcher) redactor { return redactor{m: m, markedTo: -1, sigAt: -1} }
 
 // feed consumes p and appends to out what can no longer be part of a match.
 func (r *redactor) feed(p []byte, out []byte) []byte {
@@ -188,21 +211,21 @@ func (r *redactor) feed(p []byte, out []byte) []byte {
 	return r.emit(out, false)
 }
 
-// finish ends the stream: matches in progress of partialMin bytes or more are redacted too.
+// finish ends the stream: the bytes held back are emitted, and a match in progress (a
+// prefix of a value, never a whole one) is left as it is.
 func (r *redactor) finish(out []byte) []byte {
-	for _, t := range r.threads {
-		if r.pos-t.start >= partialMin {
-			r.mark(t.start, r.pos)
-		}
-	}
 	r.threads = r.threads[:0]
 	return r.emit(out, true)
 }
 
 // advance moves a thread to node to, after the byte at offset at.
 func (r *redactor) advance(next []thread, to int32, start, at int64) []thread {
-	if r.m.accept[to] {
-		r.mark(start, at+1)
+	if k := r.m.accept[to]; k != 0 {
+		if k == acceptValue {
+			r.mark(start, at+1)
+		} else if r.sigs && r.sigAt < 0 {
+			r.sigAt, r.sigName = start, signatures[k-1].name
+		}
 		if r.m.off[to] == r.m.off[to+1] {
 			return next
 		}
@@ -246,15 +269,17 @@ func (r *redactor) mark(from, to int64) {
 	r.marks = append(r.marks, span{from, to})
 }
 
-// emit appends the input before the earliest match in progress (all of it when final), with
-// marked spans replaced by Redaction. A span cut by that point is finished later without a
-// second marker.
+// emit appends the input but for its last window-1 bytes (all of it when final), with marked
+// spans replaced by Redaction. No match in progress is longer than window-1 bytes, so none
+// starts before that point; a marked span cut by it is finished later without a second
+// marker.
 func (r *redactor) emit(out []byte, final bool) []byte {
 	until := r.pos
 	if !final {
-		for _, t := range r.threads {
-			until = min(until, t.start)
-		}
+		until = max(r.base, r.pos-int64(r.m.window-1))
+	}
+	if r.sigAt >= 0 {
+		until = max(r.base, min(until, r.sigAt)) // nothing from a signature on
 	}
 	cur := r.base
 	for len(r.marks) > 0 && r.marks[0].from < until {
@@ -262,6 +287,7 @@ func (r *redactor) emit(out []byte, final bool) []byte {
 		out = append(out, r.pending[cur-r.base:sp.from-r.base]...)
 		if !(cur == sp.from && r.markedTo == sp.from) {
 			out = append(out, Redaction...)
+			r.markers++
 		}
 		end := min(sp.to, until)
 		r.markedTo, cur = end, end
@@ -283,13 +309,13 @@ func (r *redactor) emit(out []byte, final bool) []byte {
 	return out
 }
 
-// replace returns s with every match redacted.
-func (m *matcher) replace(s string) string {
+// replace returns s with every match redacted, and how many markers it wrote.
+func (m *matcher) replace(s string) (string, int64) {
 	if m == nil || s == "" {
-		return s
+		return s, 0
 	}
 	r := newRedactor(m)
 	out := r.feed([]byte(s), nil)
 	out = r.finish(out)
-	return string(out)
+	return string(out), r.markers
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Redaction replaces an injected secret value found in a response.
@@ -22,8 +23,9 @@ const Redaction = "[airlock:redacted]"
 // implements Scrubber.
 type scrubber struct {
 	m          *matcher
-	n          int   // values
-	decodeFree int64 // see maxDecodeRatio
+	n          int           // values
+	decodeFree int64         // see maxDecodeRatio
+	hits       *atomic.Int64 // Redaction markers written, when counted (forRequest)
 }
 
 var _ Scrubber = (*scrubber)(nil)
@@ -41,6 +43,39 @@ func newScrubber(vals []Secret) *scrubber {
 		return nil
 	}
 	return &scrubber{m: m, n: len(s), decodeFree: decodeFree}
+}
+
+// forRequest returns a scrubber for one request: s (compiled once per value and shared)
+// with its own count of redactions.
+func (s *scrubber) forRequest() *scrubber {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.hits = new(atomic.Int64)
+	return &c
+}
+
+// Redactions is how many Redaction markers s has written so far (in the status line,
+// headers, trailers, body and error texts): how often the upstream echoed a value whole.
+func (s *scrubber) Redactions() int64 {
+	if s == nil || s.hits == nil {
+		return 0
+	}
+	return s.hits.Load()
+}
+
+func (s *scrubber) count(n int64) {
+	if n > 0 && s.hits != nil {
+		s.hits.Add(n)
+	}
+}
+
+// replace redacts v and counts the markers.
+func (s *scrubber) replace(v string) string {
+	out, n := s.m.replace(v)
+	s.count(n)
+	return out
 }
 
 // Format implements fmt.Formatter: the secrets are never printed.
@@ -144,7 +179,7 @@ func (s *scrubber) ScrubString(v string) string {
 	if s == nil {
 		return v
 	}
-	return s.m.replace(v)
+	return s.replace(v)
 }
 
 // header scrubs the names and values of h in place (h may be shared with a writer that
@@ -160,9 +195,9 @@ func (s *scrubber) header(h http.Header) {
 	for _, k := range keys {
 		vs := h[k]
 		for i, v := range vs {
-			vs[i] = s.m.replace(v)
+			vs[i] = s.replace(v)
 		}
-		if nk := s.m.replace(k); nk != k {
+		if nk := s.replace(k); nk != k {
 			delete(h, k)
 			h[nk] = append(h[nk], vs...)
 		}
@@ -176,7 +211,7 @@ func (s *scrubber) scrubError(err error) error {
 	if err == nil || err == io.EOF || errors.As(err, &ue) {
 		return err
 	}
-	return &scrubbedError{msg: s.m.replace(err.Error()), err: err}
+	return &scrubbedError{msg: s.replace(err.Error()), err: err}
 }
 
 type scrubbedError struct {
@@ -212,12 +247,16 @@ func (g *trailerGuard) Close() error {
 	return g.s.scrubError(err)
 }
 
-// Reader returns a ReadCloser yielding src with every value replaced by Redaction. Bytes that
-// may begin a value are held back until the next bytes decide (at most the longest pattern
-// less one); at the end of src a match of partialMin bytes or more in progress is redacted,
-// and after a read error the held bytes are dropped.
+// Reader returns a ReadCloser yielding src with every whole value replaced by Redaction. The
+// last bytes read (the longest pattern less one, whatever they are) are held back until more
+// arrive or src ends; a prefix of a value at the end of src is passed on as it is; after a
+// read error the held bytes are dropped. Where the signature of a compressed format
+// (signatures) begins, the stream ends with an *UninspectableError: what came before it is
+// passed on, it and what follows are not.
 func (s *scrubber) Reader(src io.ReadCloser) io.ReadCloser {
-	return &scrubReader{src: src, s: s, red: newRedactor(s.m)}
+	r := &scrubReader{src: src, s: s, red: newRedactor(s.m)}
+	r.red.sigs = true
+	return r
 }
 
 // chunks are the read buffers of scrubReaders, reused across responses: one per response
@@ -232,6 +271,7 @@ type scrubReader struct {
 	out   []byte  // output not yet read
 	buf   []byte  // out's backing array, reused from chunk to chunk
 	err   error
+	hits  int64 // red.markers already counted
 }
 
 func (r *scrubReader) Read(p []byte) (int, error) {
@@ -244,6 +284,10 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 		}
 		n, err := r.src.Read(*r.chunk)
 		out := r.red.feed((*r.chunk)[:n], r.buf[:0])
+		if r.red.sigAt >= 0 {
+			// Nothing at or after the signature was emitted: it starts after the hold-back.
+			err = &UninspectableError{What: fmt.Sprintf("a compressed payload (%s at byte %d of the body)", r.red.sigName, r.red.sigAt)}
+		}
 		if err != nil {
 			if err == io.EOF {
 				out = r.red.finish(out)
@@ -253,6 +297,8 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 			chunks.Put(r.chunk)
 			r.chunk = nil
 		}
+		r.s.count(r.red.markers - r.hits)
+		r.hits = r.red.markers
 		r.out, r.buf = out, out[:0]
 	}
 	n := copy(p, r.out)
@@ -384,16 +430,12 @@ const sniffLen = 8
 // compressedPayload names the compressed or archive format of a body, by its media type or
 // its first bytes ("" if none): content a client decompresses itself, past the scrubber.
 func compressedPayload(mt string, head []byte) string {
-	if slices.Contains(compressedTypes, mt) || strings.HasSuffix(mt, "+zip") || strings.HasSuffix(mt, "+gzip") {
+	if slices.Contains(compressedTypes, mt) || strings.HasSuffix(mt, "+zip") || strings.HasSuffix(mt, "+gzip") ||
+		strings.HasPrefix(mt, "application/vnd.openxmlformats-officedocument.") || strings.HasPrefix(mt, "application/vnd.oasis.opendocument.") {
 		return "a compressed payload (" + mt + ")"
 	}
-	for _, sig := range signatures {
-		if bytes.HasPrefix(head, sig.magic) {
-			return "a compressed payload (" + sig.name + " data)"
-		}
-	}
-	if len(head) >= 2 && head[0] == 0x78 && (uint16(head[0])<<8|uint16(head[1]))%31 == 0 && head[1]&0x20 == 0 {
-		return "a compressed payload (zlib data)"
+	if name := headPayload(head); name != "" {
+		return "a compressed payload (" + name + " data)"
 	}
 	return ""
 }
@@ -407,23 +449,6 @@ var compressedTypes = []string{
 	"application/x-compress", "application/x-compressed", "application/x-7z-compressed",
 	"application/x-rar-compressed", "application/vnd.rar", "application/x-brotli", "application/brotli",
 	"application/zlib", "application/x-deflate",
-}
-
-var signatures = []struct {
-	name  string
-	magic []byte
-}{
-	{"gzip", []byte{0x1f, 0x8b}},
-	{"compress", []byte{0x1f, 0x9d}},
-	{"zip", []byte("PK\x03\x04")},
-	{"zip", []byte("PK\x05\x06")},
-	{"zip", []byte("PK\x07\x08")},
-	{"bzip2", []byte("BZh")},
-	{"xz", []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}},
-	{"lzma", []byte{0x5d, 0x00, 0x00}},
-	{"lzip", []byte("LZIP")},
-	{"zstd", []byte{0x28, 0xb5, 0x2f, 0xfd}},
-	{"lz4", []byte{0x04, 0x22, 0x4d, 0x18}},
-	{"7z", []byte{'7', 'z', 0xbc, 0xaf, 0x27, 0x1c}},
-	{"rar", []byte("Rar!\x1a\x07")},
+	// Formats that carry deflate or brotli streams inside.
+	"application/pdf", "image/png", "image/apng", "font/woff", "font/woff2", "application/font-woff",
 }

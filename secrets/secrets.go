@@ -28,6 +28,9 @@ type Scrubber interface {
 	ScrubHead(resp *http.Response)
 	// ScrubString redacts every value in s (an error text quoting upstream bytes).
 	ScrubString(s string) string
-	// Reader redacts every value in src as it streams (an upgraded connection).
+	// Reader redacts every value in src as it streams.
 	Reader(src io.ReadCloser) io.ReadCloser
+	// Redactions is how many times a value was redacted so far in this request's response:
+	// an upstream that keeps echoing a value may be used to test guesses at it.
+	Redactions() int64
 }

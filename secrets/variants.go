@@ -88,7 +88,7 @@ func textUnit(r rune, raw string) unit {
 	for _, e := range []string{fmt.Sprintf(`\U%08x`, r), fmt.Sprintf(`\u{%x}`, r)} { // Go, Python; JavaScript, Rust
 		add(e, upperHex(e))
 	}
-	add("&#"+strconv.Itoa(int(r))+";", fmt.Sprintf("&#x%x;", r), fmt.Sprintf("&#x%X;", r), fmt.Sprintf("&#X%X;", r))
+	add(htmlRefs(r)...)
 	switch r {
 	case ' ':
 		add("+")
@@ -97,17 +97,11 @@ func textUnit(r rune, raw string) unit {
 	case '/':
 		add(`\/`)
 	case '"':
-		add(`\"`, "&quot;")
+		add(`\"`)
 	case '\'':
-		add(`\'`, "&apos;")
+		add(`\'`)
 	case '\\':
 		add(`\\`)
-	case '&':
-		add("&amp;")
-	case '<':
-		add("&lt;")
-	case '>':
-		add("&gt;")
 	case '\t':
 		add(`\t`)
 	case '\n':
@@ -120,6 +114,52 @@ func textUnit(r rune, raw string) unit {
 		add(`\f`)
 	}
 	return toUnit(alts)
+}
+
+// maxRefDigits is how many digits, leading zeros included, a numeric character reference
+// may have and still be matched. HTML allows any number of leading zeros; a pattern must be
+// bounded, and no encoder pads further.
+const maxRefDigits = 8
+
+// namedRefs are the HTML named character references of ASCII punctuation (HTML's list; the
+// ones a parser also reads without the semicolon are listed without it too). '-' has none of
+// its own: &hyphen;, &dash; and &minus; are U+2010 and U+2212, which a reader takes for '-',
+// so they are matched as '-' as well.
+var namedRefs = map[rune][]string{
+	'\t': {"&Tab;"}, '\n': {"&NewLine;"}, '!': {"&excl;"}, '"': {"&quot;", "&QUOT;", "&quot", "&QUOT"},
+	'#': {"&num;"}, '$': {"&dollar;"}, '%': {"&percnt;"}, '&': {"&amp;", "&AMP;", "&amp", "&AMP"},
+	'\'': {"&apos;"}, '(': {"&lpar;"}, ')': {"&rpar;"}, '*': {"&ast;", "&midast;"}, '+': {"&plus;"},
+	',': {"&comma;"}, '-': {"&hyphen;", "&dash;", "&minus;"}, '.': {"&period;"}, '/': {"&sol;"},
+	':': {"&colon;"}, ';': {"&semi;"}, '<': {"&lt;", "&LT;", "&lt", "&LT"}, '=': {"&equals;"},
+	'>': {"&gt;", "&GT;", "&gt", "&GT"}, '?': {"&quest;"}, '@': {"&commat;"}, '[': {"&lsqb;", "&lbrack;"},
+	'\\': {"&bsol;"}, ']': {"&rsqb;", "&rbrack;"}, '^': {"&Hat;"}, '_': {"&lowbar;", "&UnderBar;"},
+	'`': {"&grave;", "&DiacriticalGrave;"}, '{': {"&lcub;", "&lbrace;"}, '|': {"&verbar;", "&vert;", "&VerticalLine;"},
+	'}': {"&rcub;", "&rbrace;"},
+}
+
+// htmlRefs returns the HTML character references of r: decimal and hex (x or X, digits in
+// either case), with leading zeros up to maxRefDigits digits, with and without the closing
+// semicolon (a parser reads "&#65" as 'A'), and r's named references.
+func htmlRefs(r rune) []string {
+	var out []string
+	pad := func(d string) []string {
+		var ds []string
+		for z := ""; len(z)+len(d) <= max(maxRefDigits, len(d)); z += "0" {
+			ds = append(ds, z+d)
+		}
+		return ds
+	}
+	for _, d := range pad(strconv.Itoa(int(r))) {
+		out = append(out, "&#"+d+";", "&#"+d)
+	}
+	for _, h := range []string{fmt.Sprintf("%x", r), fmt.Sprintf("%X", r)} {
+		for _, d := range pad(h) {
+			for _, x := range []string{"x", "X"} {
+				out = append(out, "&#"+x+d+";", "&#"+x+d)
+			}
+		}
+	}
+	return append(out, namedRefs[r]...)
 }
 
 // hexPattern matches v as hex digits, each in either case.
@@ -166,8 +206,13 @@ func caseForms(r rune) []rune {
 	return out
 }
 
+// lineBreaks may come before any character of a base64 string but its first: MIME wraps
+// at 76 columns, PEM at 64, with CRLF or LF, and the text may be JSON-escaped or in a URL.
+var lineBreaks = []string{"\n", "\r\n", `\n`, `\r\n`, "%0a", "%0A", "%0d%0a", "%0D%0A"}
+
 // base64Pattern matches a base64 string exactly, except that '+', '/' and '=' may be
-// percent-encoded (base64 in a URL), '/' JSON-escaped, and '+' a space (form decoding).
+// percent-encoded (base64 in a URL), '/' JSON-escaped, and '+' a space (form decoding), and
+// that a line break (lineBreaks) may precede any character but the first, at any column.
 func base64Pattern(s string) pattern {
 	p := make(pattern, 0, len(s))
 	for i := 0; i < len(s); i++ {
@@ -179,6 +224,13 @@ func base64Pattern(s string) pattern {
 			alts = append(alts, "%2f", "%2F", `\/`)
 		case '=':
 			alts = append(alts, "%3d", "%3D")
+		}
+		if i > 0 {
+			for _, a := range alts[:len(alts):len(alts)] {
+				for _, br := range lineBreaks {
+					alts = append(alts, br+a)
+				}
+			}
 		}
 		p = append(p, toUnit(alts))
 	}

@@ -27,6 +27,7 @@ type RequestFacts struct {
 	Status     int
 	BytesIn    int64
 	BytesOut   int64
+	Redactions int64 // times the scrubber replaced an attached credential in the response
 	Duration   time.Duration
 	ErrorClass string // a short class such as "vault_unreachable", never an error text
 }

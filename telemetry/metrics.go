@@ -23,6 +23,7 @@ const (
 	MetricSandboxesActive    = "airlock.sandboxes.active"       // up-down counter
 	MetricConnectionsActive  = "airlock.connections.active"     // up-down counter
 	MetricAuditErrors        = "airlock.audit.errors"           // counter
+	MetricRedactions         = "airlock.redactions"             // counter: rule
 )
 
 // MaxHostLabels bounds the distinct server.address values of airlock.requests.denied, and
@@ -47,6 +48,7 @@ var (
 // *Metrics does nothing.
 type Metrics struct {
 	requests, denied, vault, auditErrs metric.Int64Counter
+	redactions                         metric.Int64Counter
 	reqDur, policyDur, approvalWait    metric.Float64Histogram
 	pending, sandboxes, conns          metric.Int64UpDownCounter
 
@@ -85,6 +87,7 @@ func NewMetrics(m metric.Meter) (*Metrics, error) {
 	x.sandboxes = updown(MetricSandboxesActive, "Sandboxes running.", "{sandbox}")
 	x.conns = updown(MetricConnectionsActive, "Client connections open.", "{connection}")
 	x.auditErrs = counter(MetricAuditErrors, "Audit records that could not be written.", "{event}")
+	x.redactions = counter(MetricRedactions, "Attached credentials the scrubber redacted from responses (the upstream echoed them), by rule.", "{redaction}")
 	if err != nil {
 		return nil, err
 	}
@@ -108,6 +111,9 @@ func (m *Metrics) RequestDone(ctx context.Context, f RequestFacts) {
 		attribute.String("decision", dec), attribute.String("rule", f.Rule), attribute.String("phase", f.Phase)))
 	m.reqDur.Record(ctx, f.Duration.Seconds(), metric.WithAttributes(
 		attribute.String("decision", dec), attribute.String("phase", f.Phase)))
+	if f.Redactions > 0 {
+		m.redactions.Add(ctx, f.Redactions, metric.WithAttributes(attribute.String("rule", f.Rule)))
+	}
 	if dec == "deny" || dec == "would_deny" {
 		m.denied.Add(ctx, 1, metric.WithAttributes(
 			attribute.String("server.address", m.hostLabel(f.SandboxID, f.Host)), attribute.String("rule", f.Rule)))

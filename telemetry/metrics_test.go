@@ -67,7 +67,7 @@ func TestMetricsAttributes(t *testing.T) {
 	ctx := context.Background()
 	facts := []RequestFacts{
 		{Decision: "allow", Rule: "github.read", Phase: "request", Host: "api.github.com", Duration: 20 * time.Millisecond},
-		{Decision: "allow", Rule: "github.read", Phase: "request", Host: "api.github.com", Duration: 30 * time.Millisecond},
+		{Decision: "allow", Rule: "github.read", Phase: "request", Host: "api.github.com", Duration: 30 * time.Millisecond, Redactions: 3},
 		{Decision: "deny", Rule: "default", Phase: "connect", Host: "evil.example"},
 		{Decision: "approve", Rule: "github.write", Phase: "request", Host: "api.github.com"},
 		{Decision: "error", Rule: "github.write", Phase: "request", Host: "api.github.com", ErrorClass: "vault_unreachable"},
@@ -113,6 +113,7 @@ func TestMetricsAttributes(t *testing.T) {
 		"airlock.sandboxes.active{}":                                         1,
 		"airlock.connections.active{}":                                       1,
 		"airlock.audit.errors{}":                                             1,
+		"airlock.redactions{rule=github.read}":                               3,
 	}
 	for k, v := range want {
 		if got[k] != v {

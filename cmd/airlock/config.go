@@ -122,6 +122,9 @@ type LimitsConfig struct {
 	UpstreamHeaderTimeout time.Duration `yaml:"upstream_header_timeout"`
 	MaxInFlightPerSandbox int           `yaml:"max_inflight_per_sandbox"`
 	MaxConnsPerListener   int           `yaml:"max_conns_per_listener"`
+	// MaxRedactionsPerCredential is how many times the scrubber may redact one credential
+	// in one sandbox's responses before that sandbox may no longer use it (403).
+	MaxRedactionsPerCredential int `yaml:"max_redactions_per_credential"`
 }
 
 // TelemetryConfig tunes spans; where they go is set by the standard OTEL_* variables.

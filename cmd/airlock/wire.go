@@ -187,9 +187,10 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 			ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
 			UpstreamHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
 			MaxInFlightPerSandbox: cfg.Limits.MaxInFlightPerSandbox, MaxConnsPerListener: cfg.Limits.MaxConnsPerListener,
-			MaxHeldPerSandbox:      cfg.Approvals.MaxPendingPerSandbox,
-			MaxHeldBytesPerSandbox: int64(cfg.Approvals.MaxHeldBytesPerSandbox),
-			MaxHeldBytes:           int64(cfg.Approvals.MaxHeldBytes),
+			MaxRedactionsPerCredential: cfg.Limits.MaxRedactionsPerCredential,
+			MaxHeldPerSandbox:          cfg.Approvals.MaxPendingPerSandbox,
+			MaxHeldBytesPerSandbox:     int64(cfg.Approvals.MaxHeldBytesPerSandbox),
+			MaxHeldBytes:               int64(cfg.Approvals.MaxHeldBytes),
 		},
 	}
 	if cfg.Limits.MaxBodyBytes > 0 {

@@ -59,7 +59,8 @@ func TestScrubInContainer(t *testing.T) {
 	rec := &e2etest.Recorder{}
 	p, err := proxy.New(proxy.Options{Decider: eng, CA: airlockCA, Credentials: broker, Auditor: rec, UpstreamCAs: roots,
 		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Resolver:     e2etest.StaticResolver{netip.MustParseAddr("127.0.0.1")}})
+		Resolver:     e2etest.StaticResolver{netip.MustParseAddr("127.0.0.1")},
+		Limits:       proxy.Limits{MaxRedactionsPerCredential: 1 << 30}}) // the upstream echoes on purpose
 	if err != nil {
 		t.Fatal(err)
 	}

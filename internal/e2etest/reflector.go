@@ -1,6 +1,7 @@
 package e2etest
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"bufio"
 	"bytes"
@@ -65,9 +66,14 @@ var ReflectWays = []string{
 	"chunks", "prefix-at-end", "status-h1", "malformed-h1", "upgrade-h1",
 	"range", "multirange", "partial",
 	"gzip", "gzip-gzip", "gzip-two-headers", "br", "gzip-file", "gzip-octet", "zip",
-	"b64", "b64url", "b64-offset1", "b64-offset2", "hex", "HEX", "urlenc", "lower", "upper",
-	"json-unicode", "html", "utf16",
+	"gzip-after-prefix", "multipart-gzip", "tar-gzip", "b64-gzip",
+	"b64", "b64url", "b64-offset1", "b64-offset2", "b64-mime", "hex", "HEX", "urlenc", "lower", "upper",
+	"json-unicode", "html", "html-padded", "utf16",
 }
+
+// CutWays are the ways whose compressed payload starts past the beginning of the body: the
+// response has begun, so the scrubber cuts it before the payload instead of refusing it.
+var CutWays = []string{"gzip-after-prefix", "multipart-gzip", "tar-gzip", "b64-gzip"}
 
 func (rf *Reflector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -167,6 +173,35 @@ func (rf *Reflector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body("application/gzip", Gzip([]byte(text)))
 	case "gzip-octet":
 		body("application/octet-stream", Gzip([]byte(text)))
+	case "gzip-after-prefix":
+		body("application/octet-stream", append([]byte(strings.Repeat("a prefix before the archive\n", 40)), Gzip([]byte(text))...))
+	case "multipart-gzip":
+		w.Header().Set("Content-Type", "multipart/mixed; boundary=SEP")
+		fmt.Fprintf(w, "--SEP\r\nContent-Type: text/plain\r\n\r\n%s\r\n--SEP\r\nContent-Type: application/octet-stream\r\n\r\n%s\r\n--SEP--\r\n",
+			strings.Repeat("first part ", 100), Gzip([]byte(text)))
+	case "tar-gzip":
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		gzd := Gzip([]byte(text))
+		_ = tw.WriteHeader(&tar.Header{Name: "token.txt.gz", Mode: 0o600, Size: int64(len(gzd))})
+		_, _ = tw.Write(gzd)
+		_ = tw.Close()
+		body("application/x-tar", b.Bytes())
+	case "b64-gzip":
+		body("application/json", []byte(`{"padding":"`+strings.Repeat("x", 1000)+`","blob":"`+base64.StdEncoding.EncodeToString(Gzip([]byte(text)))+`"}`))
+	case "b64-mime": // base64 wrapped at 76 columns with CRLF, the token not at the start
+		enc := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("-", 70) + text))
+		var b strings.Builder
+		for i := 0; i < len(enc); i += 76 {
+			b.WriteString(enc[i:min(i+76, len(enc))] + "\r\n")
+		}
+		body("text/plain", []byte(b.String()))
+	case "html-padded": // numeric references with leading zeros and no semicolons
+		var b strings.Builder
+		for _, c := range tok {
+			fmt.Fprintf(&b, "&#x%06X", c)
+		}
+		body("text/html", []byte("<p>"+b.String()+" </p>"))
 	case "zip":
 		var b bytes.Buffer
 		zw := zip.NewWriter(&b)
@@ -325,7 +360,8 @@ func ReadResponses(raw []byte, method string) ([]*http.Response, [][]byte) {
 
 // ReflectPolicy attaches the credential "canary" to requests for any host below /echo/
 // (the destination may reflect it: the default), /quiet/ (declared not to reflect), /ws/
-// (may upgrade) and /wsquiet/ (both); /open/ carries none. Every CONNECT is allowed.
+// (may upgrade but not declared not to reflect: a malformed decision, so denied) and
+// /wsquiet/ (may upgrade, does not reflect); /open/ carries none. Every CONNECT is allowed.
 const ReflectPolicy = `package airlock
 
 default decision := {"action": "deny", "rule": "scrub.deny", "reason": "not allowed"}
@@ -342,7 +378,7 @@ decision := {"action": "allow", "rule": "scrub.quiet", "credentials": ["canary"]
 	startswith(input.request.path, "/quiet/")
 }
 
-decision := {"action": "allow", "rule": "scrub.ws", "credentials": ["canary"], "upgrade": true} if {
+decision := {"action": "allow", "rule": "scrub.ws", "credentials": ["canary"], "upgrade": true} if { # malformed: may reflect
 	input.phase == "request"
 	startswith(input.request.path, "/ws/")
 }
@@ -421,12 +457,16 @@ func ScrubCurlCases(https, plain string) []ScrubCase {
 		{"undeclared trailer, plain HTTP", curl + plain + "/echo/trailer-undeclared", []string{"X-Late: [airlock:redacted]"}},
 		{"plain HTTP trailer", curl + plain + "/echo/trailer", []string{"X-Echo: [airlock:redacted]"}},
 		{"103 early hints", curl + plain + "/echo/early-hints", []string{"final"}},
-		{"101 header and stream", curl + "-H 'Upgrade: websocket' -H 'Connection: Upgrade' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' -H 'Sec-WebSocket-Version: 13' " +
-			plain + "/ws/upgrade-h1", []string{"101", "X-Echo: [airlock:redacted]", "stream says [airlock:redacted]"}},
+		{"upgrade on a rule that may reflect", curl + "-H 'Upgrade: websocket' -H 'Connection: Upgrade' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' -H 'Sec-WebSocket-Version: 13' " +
+			plain + "/ws/upgrade-h1", []string{"403", "malformed", `"reflects": false`}},
 		{"upgrade the rule does not allow", curl + "-H 'Upgrade: websocket' -H 'Connection: Upgrade' " + plain + "/echo/upgrade-h1",
 			[]string{"403", `"upgrade": true`}},
 		{"split over flushes", curl + https + "/echo/chunks", []string{"[airlock:redacted]"}},
-		{"cut off mid-value", curl + https + "/echo/prefix-at-end", []string{"ends with [airlock:redacted]"}},
+		{"cut off mid-value: a prefix is not redacted", curl + https + "/echo/prefix-at-end", []string{"ends with sk-canary-"}},
+		{"gzip inside a multipart part", curl + https + "/echo/multipart-gzip", []string{"200", "first part"}},
+		{"gzip after a prefix", curl + https + "/echo/gzip-after-prefix", []string{"200", "a prefix before the archive"}},
+		{"base64 wrapped at 76 columns", curl + https + "/echo/b64-mime", []string{"[airlock:redacted]"}},
+		{"HTML references with leading zeros", curl + https + "/echo/html-padded", []string{"<p>[airlock:redacted] </p>"}},
 		{"http2 asked for", curl + "--http2 " + https + "/echo/trailer", []string{"X-Echo: [airlock:redacted]"}},
 		{"gzip with --compressed", curl + "--compressed " + https + "/echo/gzip", []string{"you sent [airlock:redacted]"}},
 		{"base64 at an offset", curl + https + "/echo/b64-offset2", []string{"[airlock:redacted]"}},
