@@ -70,8 +70,9 @@ func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) error {
 
 // login exchanges an approver's token (and, optionally, name: then it must be the token's)
 // for a page session: an opaque random id in an HttpOnly cookie, recorded (hashed, with its
-// expiry) in the store. Failed attempts are counted per client address and per approver name
-// given; too many → 429 with Retry-After.
+// expiry) in the store. Cross-site posts never get here (sameOrigin). The token is checked
+// first: a right one always signs in. Failed attempts are counted per client address; past
+// the limit, further failures from that address get 429 with Retry-After.
 func (s *Service) login(w http.ResponseWriter, r *http.Request) error {
 	if err := r.ParseForm(); err != nil {
 		var me *http.MaxBytesError
@@ -84,32 +85,27 @@ func (s *Service) login(w http.ResponseWriter, r *http.Request) error {
 	}
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	tok := strings.TrimSpace(r.PostFormValue("token"))
-	addr, who := "addr:"+clientAddr(r), "name:"+name
-	now := s.now()
-	if wait := max(s.logins.wait(addr, now), s.logins.wait(who, now)); wait > 0 {
-		w.Header().Set("Retry-After", retryAfter(wait))
-		s.renderLogin(w, http.StatusTooManyRequests, "Too many failed sign-ins; try again in "+retryAfter(wait)+" seconds.")
-		return nil
-	}
+	addr := "addr:" + clientAddr(r)
 	got, ok := s.authenticate(tok)
 	if ok && name == "" {
-		name, who = got, "name:"+got // the name is optional: the token says whose it is
+		name = got // the name is optional: the token says whose it is
 	}
 	if !ok || got != name {
-		s.logins.fail(addr, now)
-		if s.approverNames[name] {
-			s.logins.fail(who, now) // unknown names are not tracked: they would only fill the table
-		}
+		wait := s.logins.fail(addr, s.now())
 		logged := "(not an approver's name)" // what was typed may be a token pasted in the wrong box
 		if s.approverNames[name] {
 			logged = name
 		}
-		s.log.Info("approval page sign-in failed", "addr", clientAddr(r), "name", logged)
+		s.log.Info("approval page sign-in failed", "addr", clientAddr(r), "name", logged, "throttled", wait > 0)
+		if wait > 0 {
+			w.Header().Set("Retry-After", retryAfter(wait))
+			s.renderLogin(w, http.StatusTooManyRequests, "That name and token are not an approver's, and too many sign-ins from this address failed; try again in "+retryAfter(wait)+" seconds.")
+			return nil
+		}
 		s.renderLogin(w, http.StatusForbidden, "That name and token are not an approver's.")
 		return nil
 	}
 	s.logins.reset(addr)
-	s.logins.reset(who)
 	id, err := s.startSession(r.Context(), name)
 	if err != nil {
 		return err
