@@ -42,7 +42,7 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 	}
 	defer p.held.leave(sandbox, reserved)
 
-	forwardForm(r.Header, p.gp.KeepAcceptEncoding)
+	// r.Header is already in forward form (handleRequest): what the policy saw is bound.
 	target := forwardedURL(r.URL)
 	header := forwardedHeaders(r.Header)
 	held := p.opts.Telemetry.Held(st.ctx)
@@ -212,8 +212,8 @@ func (p *Proxy) overBudget(v budgetVerdict, sandbox string, want int64) *refusal
 	}
 }
 
-// forwardForm brings h to the form in which it is forwarded, before an approval is bound to
-// it: hop-by-hop headers removed (as the round trip does), Expect dropped (the body is
+// forwardForm brings h to the form in which it is forwarded, before the policy input is
+// built and an approval bound to it: hop-by-hop headers removed (as the round trip does), Expect dropped (the body is
 // already buffered) and, unless goproxy keeps it, Accept-Encoding dropped (goproxy removes
 // it before the round trip; the transport negotiates its own).
 func forwardForm(h http.Header, keepAcceptEncoding bool) {
