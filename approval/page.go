@@ -6,11 +6,15 @@ import (
 	"embed"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/airlock-proxy/airlock/internal/termsafe"
 )
 
 //go:embed templates/*.html
@@ -31,6 +35,8 @@ func parsePageTemplates() *template.Template {
 			}
 			return s
 		},
+		"vis":      func(s string) template.HTML { return visible(s, false) },
+		"visblock": func(s string) template.HTML { return visible(s, true) },
 	}
 	return template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
 }
@@ -192,4 +198,52 @@ func (s *Service) page(w http.ResponseWriter, r *http.Request) error {
 	pageHeaders(w, d.Nonce)
 	w.WriteHeader(http.StatusOK)
 	return s.pages.ExecuteTemplate(w, "page.html", d)
+}
+
+// visible renders text a sandbox chose (method, URL, headers, warnings, body preview) as HTML
+// in which nothing is hidden or reordered: every character that does not show as itself
+// (controls, bidirectional overrides and isolates, zero-width and other format characters,
+// blank letters; see termsafe.Visible) is written as a marked escape such as \u202e, so an
+// approver cannot be shown a reversed target, a header that is not there, or a body with
+// hidden parts. In a block (the body preview) newlines, tabs and CR before LF are kept.
+func visible(s string, block bool) template.HTML {
+	var b strings.Builder
+	plain := 0 // start of the run of visible text not yet written
+	flush := func(end int) {
+		b.WriteString(template.HTMLEscapeString(s[plain:end]))
+	}
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		keep := termsafe.Visible(r) && !(r == utf8.RuneError && n <= 1)
+		if block && (r == '\n' || r == '\t' || r == '\r' && strings.HasPrefix(s[i+1:], "\n")) {
+			keep = true
+		}
+		if keep {
+			i += n
+			continue
+		}
+		flush(i)
+		var esc string
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			esc = fmt.Sprintf(`\x%02x`, s[i])
+		case r == '\n':
+			esc = `\n`
+		case r == '\t':
+			esc = `\t`
+		case r == '\r':
+			esc = `\r`
+		case r < 0x100:
+			esc = fmt.Sprintf(`\x%02x`, r)
+		default:
+			esc = fmt.Sprintf(`\u%04x`, r)
+		}
+		b.WriteString(`<span class="esc" title="a character that does not show as itself">`)
+		b.WriteString(esc)
+		b.WriteString(`</span>`)
+		i += n
+		plain = i
+	}
+	flush(len(s))
+	return template.HTML(b.String()) //nolint:gosec // every byte of s is escaped above
 }
