@@ -105,7 +105,7 @@ func (s *Service) handle(h func(http.ResponseWriter, *http.Request) error) http.
 		case errors.As(err, &me):
 			he = &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", me.Limit)}
 		case errors.Is(err, ErrBodyGone):
-			he = &httpError{http.StatusGone, "the body of " + strconv.Quote(chi.URLParam(r, "id")) + " is not kept: the request expired, or its agent went away, before anyone decided"}
+			he = &httpError{http.StatusGone, "the body of " + strconv.Quote(chi.URLParam(r, "id")) + " is not kept: the request has ended (decided, expired, or its agent went away); its size and sha256 are in the record"}
 		case errors.Is(err, ErrNotFound):
 			he = &httpError{http.StatusNotFound, "no approval with id " + strconv.Quote(chi.URLParam(r, "id"))}
 		case errors.Is(err, ErrDecided):

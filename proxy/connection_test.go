@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/rego"
@@ -147,5 +148,46 @@ func TestConnectionListedHeadersAreNeitherSeenNorSent(t *testing.T) {
 				t.Fatalf("upstream headers of the approved request: %v", up)
 			}
 		})
+	}
+}
+
+// TestHoldStoreBoundsAreClearRefusals: a held request over approvals.max_header_bytes is
+// refused with 431, and a sandbox past its new-approval limit with 429 and Retry-After, each
+// naming its rule and key; neither leaves a record, and both are audited.
+func TestHoldStoreBoundsAreClearRefusals(t *testing.T) {
+	svc := approvals(t, approval.Config{MaxHeaderBytes: 2048, NewBurst: 1, NewInterval: approval.Duration(time.Hour)})
+	e := newEnv(t, withApprover(svc))
+	c := e.client(nil)
+	post := func(hdr map[string]string) reply {
+		req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/write", strings.NewReader("x"))
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		return wait(t, send(c, req))
+	}
+	r := post(map[string]string{"X-Big": strings.Repeat("a", 4096)})
+	if r.status != http.StatusRequestHeaderFieldsTooLarge || !strings.Contains(r.body, "limits.held_header") || !strings.Contains(r.body, "approvals.max_header_bytes") {
+		t.Errorf("oversized held headers: got %d %q, want 431 naming limits.held_header", r.status, r.body)
+	}
+	ch := send(c, func() *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/write", strings.NewReader("first"))
+		return req
+	}())
+	rec := waitPending(t, svc, 1)[0]
+	r = post(nil)
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" || !strings.Contains(r.body, "limits.approvals") {
+		t.Errorf("past the new-approval burst: got %d Retry-After %q %q, want 429 naming limits.approvals", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	if all, _ := svc.List(context.Background(), approval.ListFilter{}); len(all) != 1 {
+		t.Errorf("records: %d, want only the first", len(all))
+	}
+	svc.Decide(context.Background(), rec.ID, approval.StateDenied, "alice", "")
+	wait(t, ch)
+	var rules []string
+	for _, ev := range e.audit.Events() {
+		rules = append(rules, ev.Rule)
+	}
+	if j := strings.Join(rules, " "); !strings.Contains(j, "limits.held_header") || !strings.Contains(j, "limits.approvals") {
+		t.Errorf("audit rules %v lack the refusals", rules)
 	}
 }

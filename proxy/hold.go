@@ -81,6 +81,14 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 			reason: "airlock is restarting; approval " + res.ID + " stays pending: retry the same request after it is decided", class: "approval",
 			extra: http.Header{"X-Airlock-Approval-Id": {res.ID}, "Retry-After": {"30"}}}
 	}
+	var le *approval.LimitError
+	if errors.As(err, &le) {
+		f := &refusal{status: le.Status, decision: "deny", rule: le.Rule, reason: le.Reason, class: "limit"}
+		if le.RetryAfter > 0 {
+			f.extra = http.Header{"Retry-After": {strconv.Itoa(int(max(le.RetryAfter/time.Second, 1)))}}
+		}
+		return f
+	}
 	if err != nil {
 		p.log.Error("approval failed", "sandbox", sandbox, "err", err)
 		return &refusal{status: http.StatusServiceUnavailable, decision: "error", rule: dec.Rule,
