@@ -147,8 +147,9 @@ func refuseProxyAuth(next http.Handler) http.Handler {
 
 // sameOrigin refuses, with 403 and before any credential is looked at, a state-changing
 // request (anything but GET, HEAD and OPTIONS) that a browser says comes from another site:
-// Sec-Fetch-Site other than same-origin or none (typed by the user), or an Origin that is
-// neither this listener's host nor page_url's origin ("null" included). Any web page can make
+// Sec-Fetch-Site other than same-origin or none (typed by the user) or, from browsers that
+// do not send it, an Origin that is neither this listener's host nor page_url's origin
+// ("null" included). Any web page can make
 // a browser post a form here; such posts must not sign in, decide, sign out, or count as
 // failed sign-ins of the approvers' own address. Clients that send neither header (curl,
 // the CLI, approval services) are not browsers and pass.
@@ -174,8 +175,13 @@ func (s *Service) sameOrigin(next http.Handler) http.Handler {
 
 // crossSite says why r looks like a browser request from another site ("" if it does not).
 func crossSite(r *http.Request, pageOrigin string) string {
+	// A browser sets Sec-Fetch-Site itself and a page cannot change it: when present it
+	// decides. (The page's no-referrer policy makes Chromium send "Origin: null" on its own
+	// same-origin form posts, so Origin is only looked at without it.)
 	switch site := r.Header.Get("Sec-Fetch-Site"); site {
-	case "", "same-origin", "none":
+	case "":
+	case "same-origin", "none":
+		return ""
 	default:
 		return "Sec-Fetch-Site: " + strconv.Quote(site)
 	}
