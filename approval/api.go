@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -25,9 +26,10 @@ import (
 //	GET  /approvals                            the web page; POST /approvals/login, /approvals/logout
 //
 // Every route but the login form needs an approver token (Authorization: Bearer) or a page
-// session (its HttpOnly cookie); requests carrying Proxy-Authorization are refused. Request
-// bodies are bounded; failed tokens and sign-ins are throttled per client address (and
-// sign-ins per approver name) with 429 and Retry-After.
+// session (its HttpOnly cookie); requests carrying Proxy-Authorization are refused, and so
+// are state-changing requests a browser marks as coming from another site (sameOrigin).
+// Request bodies are bounded; failed tokens and sign-ins are counted per client address, and
+// past the limit failures are answered 429 with Retry-After (a right token always works).
 func (s *Service) Handler() http.Handler {
 	r := chi.NewRouter()
 	s.Routes(r)
@@ -37,7 +39,7 @@ func (s *Service) Handler() http.Handler {
 // Routes registers the approval routes on r (for an admin router that serves more).
 func (s *Service) Routes(r chi.Router) {
 	r.Group(func(r chi.Router) {
-		r.Use(refuseProxyAuth)
+		r.Use(refuseProxyAuth, s.sameOrigin)
 		r.Get("/approvals/login", s.handle(s.loginPage))
 		r.With(limitBody(maxLoginBody)).Post("/approvals/login", s.handle(s.login))
 		r.With(limitBody(maxLoginBody)).Post("/approvals/logout", s.handle(s.logout))
@@ -103,7 +105,7 @@ func (s *Service) handle(h func(http.ResponseWriter, *http.Request) error) http.
 		case errors.As(err, &me):
 			he = &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", me.Limit)}
 		case errors.Is(err, ErrBodyGone):
-			he = &httpError{http.StatusGone, "the body of " + strconv.Quote(chi.URLParam(r, "id")) + " is not kept: the request expired, or its agent went away, before anyone decided"}
+			he = &httpError{http.StatusGone, "the body of " + strconv.Quote(chi.URLParam(r, "id")) + " is not kept: the request has ended (decided, expired, or its agent went away); its size and sha256 are in the record"}
 		case errors.Is(err, ErrNotFound):
 			he = &httpError{http.StatusNotFound, "no approval with id " + strconv.Quote(chi.URLParam(r, "id"))}
 		case errors.Is(err, ErrDecided):
@@ -143,6 +145,67 @@ func refuseProxyAuth(next http.Handler) http.Handler {
 	})
 }
 
+// sameOrigin refuses, with 403 and before any credential is looked at, a state-changing
+// request (anything but GET, HEAD and OPTIONS) that a browser says comes from another site:
+// Sec-Fetch-Site other than same-origin or none (typed by the user) or, from browsers that
+// do not send it, an Origin that is neither this listener's host nor page_url's origin
+// ("null" included). Any web page can make
+// a browser post a form here; such posts must not sign in, decide, sign out, or count as
+// failed sign-ins of the approvers' own address. Clients that send neither header (curl,
+// the CLI, approval services) are not browsers and pass.
+func (s *Service) sameOrigin(next http.Handler) http.Handler {
+	var pageOrigin string
+	if u, err := url.Parse(s.cfg.PageURL); err == nil && u.Host != "" {
+		pageOrigin = strings.ToLower(u.Scheme + "://" + u.Host)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			next.ServeHTTP(w, r)
+			return
+		}
+		if why := crossSite(r, pageOrigin); why != "" {
+			s.log.Info("approvals: cross-site request refused", "method", r.Method, "path", r.URL.Path, "addr", clientAddr(r), "why", why)
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-site request refused (" + why + "): sign in and decide on the approvals page itself, or use the API with Authorization: Bearer <token>"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// crossSite says why r looks like a browser request from another site ("" if it does not).
+func crossSite(r *http.Request, pageOrigin string) string {
+	// A browser sets Sec-Fetch-Site itself and a page cannot change it: when present it
+	// decides. (The page's no-referrer policy makes Chromium send "Origin: null" on its own
+	// same-origin form posts, so Origin is only looked at without it.)
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "":
+	case "same-origin", "none":
+		return ""
+	default:
+		return "Sec-Fetch-Site: " + strconv.Quote(site)
+	}
+	origin := r.Header.Values("Origin")
+	if len(origin) == 0 {
+		return ""
+	}
+	if len(origin) > 1 {
+		return "more than one Origin"
+	}
+	o := strings.ToLower(strings.TrimSpace(origin[0]))
+	if pageOrigin != "" && o == pageOrigin {
+		return ""
+	}
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || u.Path != "" {
+		return "Origin " + strconv.Quote(origin[0])
+	}
+	if u.Host != strings.ToLower(r.Host) {
+		return "Origin " + strconv.Quote(origin[0]) + " is not this host"
+	}
+	return ""
+}
+
 type approverKey struct{}
 
 // approverName is the authenticated approver of a request that passed requireApprover.
@@ -150,16 +213,11 @@ func approverName(ctx context.Context) string { n, _ := ctx.Value(approverKey{})
 
 // requireApprover authenticates the approver: no credential → 401, a wrong token → 403, an
 // ended session → 401 (the page: the sign-in form), a cookie-authenticated POST without the
-// session's CSRF token → 403. An address with too many failed tokens gets 429.
+// session's CSRF token → 403. The credential is checked first: a right token or live session
+// is always accepted; a wrong token from an address with too many failures gets 429.
 func (s *Service) requireApprover(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		page := r.URL.Path == "/approvals"
-		addr := "addr:" + clientAddr(r)
-		if wait := s.logins.wait(addr, s.now()); wait > 0 {
-			w.Header().Set("Retry-After", retryAfter(wait))
-			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many failed approver tokens or sign-ins from this address; retry after " + retryAfter(wait) + "s"})
-			return
-		}
 		cred, ok := requestCredential(r)
 		if !ok {
 			if page {
@@ -201,7 +259,11 @@ func (s *Service) requireApprover(next http.Handler) http.Handler {
 		} else {
 			n, ok := s.authenticate(cred.token)
 			if !ok {
-				s.logins.fail(addr, s.now())
+				if wait := s.logins.fail("addr:"+clientAddr(r), s.now()); wait > 0 {
+					w.Header().Set("Retry-After", retryAfter(wait))
+					writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "token is not an approver's, and too many approver tokens or sign-ins from this address failed; retry after " + retryAfter(wait) + "s"})
+					return
+				}
 				writeJSON(w, http.StatusForbidden, map[string]string{"error": "token is not an approver's"})
 				return
 			}

@@ -4,10 +4,13 @@ package approval
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,4 +196,127 @@ func TestBrowserApprove(t *testing.T) {
 	}
 	f.s.Decide(ctx, delRec.ID, StateDenied, "oncall", "")
 	waitHold(t, delHeld)
+}
+
+// TestBrowserHiddenAndCrossSite: in headless Chromium, a pending request whose URL and
+// headers hold a right-to-left override and zero-width characters is shown with each of
+// them as a visible escape, never as itself; and a page on another origin that auto-posts
+// wrong sign-ins to the approval page (as any web page an approver visits could) is refused
+// as cross-site, so the approver signs in at once afterwards.
+//
+//	go test -tags browser -run TestBrowser ./approval/
+func TestBrowserHiddenAndCrossSite(t *testing.T) {
+	chrome, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("chromium not installed: apt-get install -y chromium")
+	}
+	f := newAPIFixture(t)
+	ctx := context.Background()
+	req := sampleRequest("ok\u202E)txt.exe(\n")
+	req.URL = "https://api.example.com/files/\u202Egpj.exe?x=\u200B1"
+	req.Header = http.Header{"X-Tr\u200Bace": {"a\u2066b\u2069"}}
+	held := holdAsync(ctx, f.s, req)
+	rec := nextCreated(t, f.ev)
+
+	// The approval page, counting the answers to sign-ins.
+	var posts, crossSite int
+	var mu sync.Mutex
+	inner := f.s.Handler()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		inner.ServeHTTP(sw, r)
+		if r.Method == http.MethodPost && r.URL.Path == "/approvals/login" {
+			mu.Lock()
+			posts++
+			if sw.status == http.StatusForbidden && r.Header.Get("Origin") != "" {
+				crossSite++
+			}
+			mu.Unlock()
+		}
+	}))
+	defer site.Close()
+
+	// Another origin: its page posts a wrong sign-in to the approval page, many times.
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		n := r.URL.Query().Get("n")
+		next := "/?n=" + n + "x"
+		if len(n) > 12 {
+			next = "about:blank"
+		}
+		_, _ = io.WriteString(w, `<!doctype html><form id=f method=post action="`+site.URL+`/approvals/login">
+<input name=name value=oncall><input name=token value=wrong-token-0123456789></form>
+<iframe name=sink style="display:none"></iframe>
+<script>document.getElementById('f').target='sink';document.getElementById('f').submit();
+setTimeout(function(){location='`+next+`'},150)</script>`)
+	}))
+	defer evil.Close()
+	actx, cancel := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1100, 1000))...)
+	defer cancel()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	bctx, cancel = context.WithTimeout(bctx, 90*time.Second)
+	defer cancel()
+	if err := chromedp.Do(bctx, chromedp.Navigate(evil.URL+"/?n=x")); err != nil {
+		t.Fatalf("browser: cross-site page: %v", err)
+	}
+	// Let the page post a dozen times (the limit is loginFailures).
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		mu.Lock()
+		n := posts
+		mu.Unlock()
+		if n > loginFailures || time.Now().After(deadline) {
+			break
+		}
+	}
+	mu.Lock()
+	if posts <= loginFailures || crossSite != posts {
+		t.Errorf("cross-site sign-ins: %d posted, %d refused with 403; want more than %d, all refused", posts, crossSite, loginFailures)
+	}
+	mu.Unlock()
+
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(site.URL+"/approvals"),
+		chromedp.WaitVisible(css("#token")),
+		chromedp.SendKeys(css("#name"), "oncall"),
+		chromedp.SendKeys(css("#token"), oncallToken),
+		chromedp.Submit(css("#token")),
+		chromedp.WaitVisible(css("#"+rec.ID)),
+	); err != nil {
+		t.Fatalf("browser: sign in after the cross-site posts: %v", err)
+	}
+	for _, sel := range []string{".req", "table.headers", "pre.body"} {
+		text, err := chromedp.Run(bctx, chromedp.Text(css("#"+rec.ID+" "+sel)))
+		if err != nil {
+			t.Fatalf("browser: read %s: %v", sel, err)
+		}
+		for _, r := range []rune{0x202E, 0x200B, 0x2066, 0x2069} {
+			if strings.ContainsRune(text, r) {
+				t.Errorf("%s shows U+%04X as itself: %q", sel, r, text)
+			}
+		}
+		if !strings.Contains(text, `\u`) {
+			t.Errorf("%s: %q shows no escape", sel, text)
+		}
+	}
+	url, _ := chromedp.Run(bctx, chromedp.Text(css("#"+rec.ID+" .req")))
+	if !strings.Contains(url, `files/\u202egpj.exe`) {
+		t.Errorf("request line %q: want the override shown in place", url)
+	}
+	f.s.Decide(ctx, rec.ID, StateDenied, "oncall", "")
+	waitHold(t, held)
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }

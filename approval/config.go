@@ -34,6 +34,15 @@ const (
 	// DefaultWebhookInterval.
 	DefaultWebhookBurst    = 5
 	DefaultWebhookInterval = 30 * time.Second
+	// DefaultMaxHeaderBytes bounds the names and values of a held request's headers
+	// together (more: 431): they are kept in the store while it waits.
+	DefaultMaxHeaderBytes ByteSize = 16 << 10
+	// DefaultNewBurst approval records per sandbox may be created at once; then one per
+	// DefaultNewInterval (more: 429).
+	DefaultNewBurst    = 30
+	DefaultNewInterval = 20 * time.Second
+	// DefaultRetention is how long an ended record is kept before it is deleted.
+	DefaultRetention = 30 * 24 * time.Hour
 	// DefaultStoreFile is the SQLite file name under $AIRLOCK_HOME.
 	DefaultStoreFile = "approvals.db"
 )
@@ -78,6 +87,14 @@ type Config struct {
 	// rest are suppressed (counted, logged, and the approval still waits on the page).
 	WebhookBurst    int      `yaml:"webhook_burst"`
 	WebhookInterval Duration `yaml:"webhook_interval"`
+	// MaxHeaderBytes bounds a held request's header names and values together (more: 431).
+	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
+	// NewBurst approval records per sandbox may be created at once, then one per
+	// NewInterval; past that a request that needs approval gets 429 (per replica).
+	NewBurst    int      `yaml:"new_per_sandbox_burst"`
+	NewInterval Duration `yaml:"new_per_sandbox_interval"`
+	// Retention is how long ended records are kept (then deleted); negative keeps them.
+	Retention Duration `yaml:"retention"`
 }
 
 // ApproverConfig names a person or service that may decide, and where its token is.
@@ -122,6 +139,18 @@ func (c Config) WithDefaults() Config {
 	if c.WebhookInterval == 0 {
 		c.WebhookInterval = Duration(DefaultWebhookInterval)
 	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.NewBurst == 0 {
+		c.NewBurst = DefaultNewBurst
+	}
+	if c.NewInterval == 0 {
+		c.NewInterval = Duration(DefaultNewInterval)
+	}
+	if c.Retention == 0 {
+		c.Retention = Duration(DefaultRetention)
+	}
 	if c.WebhookFormat == "" {
 		c.WebhookFormat = "json"
 	}
@@ -144,7 +173,9 @@ func (c Config) Validate() error {
 		v   int64
 	}{{"max_pending_per_sandbox", int64(c.MaxPendingPerSandbox)}, {"max_held_bytes_per_sandbox", int64(c.MaxHeldBytesPerSandbox)},
 		{"max_held_bytes", int64(c.MaxHeldBytes)}, {"session_ttl", int64(c.SessionTTL)},
-		{"webhook_burst", int64(c.WebhookBurst)}, {"webhook_interval", int64(c.WebhookInterval)}} {
+		{"webhook_burst", int64(c.WebhookBurst)}, {"webhook_interval", int64(c.WebhookInterval)},
+		{"max_header_bytes", int64(c.MaxHeaderBytes)}, {"new_per_sandbox_burst", int64(c.NewBurst)},
+		{"new_per_sandbox_interval", int64(c.NewInterval)}} {
 		if f.v < 0 {
 			return fmt.Errorf("approvals.%s: must not be negative, got %d", f.key, f.v)
 		}
@@ -154,6 +185,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHeldBytes > 0 && c.MaxHeldBytes < c.MaxHeldBytesPerSandbox {
 		return fmt.Errorf("approvals.max_held_bytes: %d is less than approvals.max_held_bytes_per_sandbox (%d)", c.MaxHeldBytes, c.MaxHeldBytesPerSandbox)
+	}
+	if c.Retention > 0 && c.RetryWindow > 0 && c.Retention < c.RetryWindow {
+		return fmt.Errorf("approvals.retention: %s is shorter than approvals.retry_window (%s): approvals would be deleted before a retry could use them", c.Retention, c.RetryWindow)
 	}
 	if c.Store != "" {
 		if _, _, err := parseStoreDSN(c.Store); err != nil {

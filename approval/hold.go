@@ -25,10 +25,20 @@ func (s *Service) Hold(ctx context.Context, r Request) (Result, error) {
 		return Result{}, ErrClosed
 	default:
 	}
+	if n := headerBytes(r.Header); n > int64(s.cfg.MaxHeaderBytes) {
+		return Result{}, &LimitError{Status: http.StatusRequestHeaderFieldsTooLarge, Rule: "limits.held_header",
+			Reason: fmt.Sprintf("a request held for approval may carry at most %d bytes of header names and values (approvals.max_header_bytes); this one has %d", s.cfg.MaxHeaderBytes, n)}
+	}
 	start := s.now()
 	rec := s.newRecord(r, start)
 	if res, ok, err := s.reuseGrant(ctx, rec, r.Body, start); err != nil || ok {
 		return res, err
+	}
+	if ok, _, _ := s.newRecords.admit(rec.Sandbox, false, start); !ok {
+		s.log.Warn("approval refused: new-record limit for the sandbox", "sandbox", rec.Sandbox, "rule", rec.Rule)
+		return Result{}, &LimitError{Status: http.StatusTooManyRequests, Rule: "limits.approvals", RetryAfter: s.cfg.NewInterval.D(),
+			Reason: fmt.Sprintf("this sandbox asked for more approvals than it may (approvals.new_per_sandbox_burst %d, then one per approvals.new_per_sandbox_interval %s); wait before asking again",
+				s.cfg.NewBurst, s.cfg.NewInterval)}
 	}
 
 	ch, duplicate := s.register(rec)
@@ -143,4 +153,28 @@ func (s *Service) reuseGrant(ctx context.Context, rec Record, body []byte, now t
 	s.events.publish(Event{Type: EventCreated, Record: rec})
 	return Result{ID: rec.ID, State: StateApproved, DecidedBy: rec.DecidedBy, Comment: rec.Comment,
 		Waited: s.now().Sub(now)}, true, nil
+}
+
+// LimitError is Hold's refusal of a request over one of the approval store's bounds, before
+// any record is made: Status is the answer for the client (431 for too many header bytes,
+// 429 for too many new approvals), Rule names the bound, Reason says which key sets it.
+type LimitError struct {
+	Status     int
+	Rule       string
+	Reason     string
+	RetryAfter time.Duration // 0: none
+}
+
+func (e *LimitError) Error() string { return e.Reason }
+
+// headerBytes counts h's names and values as they are stored (and sent: name, ": ", value,
+// CRLF per value).
+func headerBytes(h http.Header) int64 {
+	var n int64
+	for k, vs := range h {
+		for _, v := range vs {
+			n += int64(len(k) + len(v) + 4)
+		}
+	}
+	return n
 }

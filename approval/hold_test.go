@@ -274,11 +274,11 @@ func TestHoldConcurrent(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			dsn := k.dsn(t)
 			before := runtime.NumGoroutine()
-			s, err := New(context.Background(), Options{Config: Config{Store: dsn}, PollInterval: 20 * time.Millisecond})
+			const n = 100
+			s, err := New(context.Background(), Options{Config: Config{Store: dsn, NewBurst: n}, PollInterval: 20 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
-			const n = 100
 			results := make([]Result, n)
 			var wg sync.WaitGroup
 			for i := range n {

@@ -6,11 +6,15 @@ import (
 	"embed"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/airlock-proxy/airlock/internal/termsafe"
 )
 
 //go:embed templates/*.html
@@ -31,6 +35,8 @@ func parsePageTemplates() *template.Template {
 			}
 			return s
 		},
+		"vis":      func(s string) template.HTML { return visible(s, false) },
+		"visblock": func(s string) template.HTML { return visible(s, true) },
 	}
 	return template.Must(template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
 }
@@ -70,8 +76,9 @@ func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) error {
 
 // login exchanges an approver's token (and, optionally, name: then it must be the token's)
 // for a page session: an opaque random id in an HttpOnly cookie, recorded (hashed, with its
-// expiry) in the store. Failed attempts are counted per client address and per approver name
-// given; too many → 429 with Retry-After.
+// expiry) in the store. Cross-site posts never get here (sameOrigin). The token is checked
+// first: a right one always signs in. Failed attempts are counted per client address; past
+// the limit, further failures from that address get 429 with Retry-After.
 func (s *Service) login(w http.ResponseWriter, r *http.Request) error {
 	if err := r.ParseForm(); err != nil {
 		var me *http.MaxBytesError
@@ -84,32 +91,27 @@ func (s *Service) login(w http.ResponseWriter, r *http.Request) error {
 	}
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	tok := strings.TrimSpace(r.PostFormValue("token"))
-	addr, who := "addr:"+clientAddr(r), "name:"+name
-	now := s.now()
-	if wait := max(s.logins.wait(addr, now), s.logins.wait(who, now)); wait > 0 {
-		w.Header().Set("Retry-After", retryAfter(wait))
-		s.renderLogin(w, http.StatusTooManyRequests, "Too many failed sign-ins; try again in "+retryAfter(wait)+" seconds.")
-		return nil
-	}
+	addr := "addr:" + clientAddr(r)
 	got, ok := s.authenticate(tok)
 	if ok && name == "" {
-		name, who = got, "name:"+got // the name is optional: the token says whose it is
+		name = got // the name is optional: the token says whose it is
 	}
 	if !ok || got != name {
-		s.logins.fail(addr, now)
-		if s.approverNames[name] {
-			s.logins.fail(who, now) // unknown names are not tracked: they would only fill the table
-		}
+		wait := s.logins.fail(addr, s.now())
 		logged := "(not an approver's name)" // what was typed may be a token pasted in the wrong box
 		if s.approverNames[name] {
 			logged = name
 		}
-		s.log.Info("approval page sign-in failed", "addr", clientAddr(r), "name", logged)
+		s.log.Info("approval page sign-in failed", "addr", clientAddr(r), "name", logged, "throttled", wait > 0)
+		if wait > 0 {
+			w.Header().Set("Retry-After", retryAfter(wait))
+			s.renderLogin(w, http.StatusTooManyRequests, "That name and token are not an approver's, and too many sign-ins from this address failed; try again in "+retryAfter(wait)+" seconds.")
+			return nil
+		}
 		s.renderLogin(w, http.StatusForbidden, "That name and token are not an approver's.")
 		return nil
 	}
 	s.logins.reset(addr)
-	s.logins.reset(who)
 	id, err := s.startSession(r.Context(), name)
 	if err != nil {
 		return err
@@ -196,4 +198,52 @@ func (s *Service) page(w http.ResponseWriter, r *http.Request) error {
 	pageHeaders(w, d.Nonce)
 	w.WriteHeader(http.StatusOK)
 	return s.pages.ExecuteTemplate(w, "page.html", d)
+}
+
+// visible renders text a sandbox chose (method, URL, headers, warnings, body preview) as HTML
+// in which nothing is hidden or reordered: every character that does not show as itself
+// (controls, bidirectional overrides and isolates, zero-width and other format characters,
+// blank letters; see termsafe.Visible) is written as a marked escape such as \u202e, so an
+// approver cannot be shown a reversed target, a header that is not there, or a body with
+// hidden parts. In a block (the body preview) newlines, tabs and CR before LF are kept.
+func visible(s string, block bool) template.HTML {
+	var b strings.Builder
+	plain := 0 // start of the run of visible text not yet written
+	flush := func(end int) {
+		b.WriteString(template.HTMLEscapeString(s[plain:end]))
+	}
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		keep := termsafe.Visible(r) && !(r == utf8.RuneError && n <= 1)
+		if block && (r == '\n' || r == '\t' || r == '\r' && strings.HasPrefix(s[i+1:], "\n")) {
+			keep = true
+		}
+		if keep {
+			i += n
+			continue
+		}
+		flush(i)
+		var esc string
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			esc = fmt.Sprintf(`\x%02x`, s[i])
+		case r == '\n':
+			esc = `\n`
+		case r == '\t':
+			esc = `\t`
+		case r == '\r':
+			esc = `\r`
+		case r < 0x100:
+			esc = fmt.Sprintf(`\x%02x`, r)
+		default:
+			esc = fmt.Sprintf(`\u%04x`, r)
+		}
+		b.WriteString(`<span class="esc" title="a character that does not show as itself">`)
+		b.WriteString(esc)
+		b.WriteString(`</span>`)
+		i += n
+		plain = i
+	}
+	flush(len(s))
+	return template.HTML(b.String()) //nolint:gosec // every byte of s is escaped above
 }

@@ -62,12 +62,13 @@ type Record struct {
 	URL string `json:"url"`
 	// Headers are every header that is forwarded, with all values in order. Only what
 	// airlock itself adds after approval (credentials, hop-by-hop framing) is not here.
+	// Once the record has ended only the names are kept (Ended), each with no values.
 	Headers http.Header `json:"headers"`
 	// Warnings call out what changes the request's meaning at the upstream beyond method and
 	// URL: method-override headers and parameters, routing headers, encoded bodies, upgrades.
 	Warnings      []string `json:"warnings,omitempty"`
 	ContentType   string   `json:"content_type,omitempty"`
-	BodyPreview   string   `json:"body_preview"`
+	BodyPreview   string   `json:"body_preview"` // "" once the record has ended
 	BodySize      int64    `json:"body_size"`
 	BodyTruncated bool     `json:"body_truncated,omitempty"`
 	BodySHA256    string   `json:"body_sha256"`
@@ -86,6 +87,20 @@ type Record struct {
 	RetryOf string `json:"retry_of,omitempty"`
 	// ReusedBy is the retry that used this approval's grant (each grant is used once).
 	ReusedBy string `json:"reused_by,omitempty"`
+}
+
+// Ended is the record as it is kept once it has ended: the request's shape (method, URL,
+// header names, body size, content type and hashes), the rule and the decision stay; header
+// values and the body preview do not (nor, in the store, the body). A sandbox's requests
+// must not fill the store, and nobody decides on an ended record.
+func (r Record) Ended() Record {
+	h := make(http.Header, len(r.Headers))
+	for k := range r.Headers {
+		h[k] = []string{}
+	}
+	r.Headers = h
+	r.BodyPreview = ""
+	return r
 }
 
 // Pending reports whether the record still waits for a decision.

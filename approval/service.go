@@ -59,6 +59,7 @@ type Service struct {
 	pages         *template.Template
 	logins        *throttle  // failed sign-ins and bearer tokens, per client address and name
 	hooks         *hookLimit // webhooks per sandbox
+	newRecords    *hookLimit // new approval records per sandbox
 
 	mu      sync.Mutex
 	waiters map[string]chan Record
@@ -86,20 +87,21 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg:      cfg,
-		log:      o.Logger,
-		hc:       o.HTTPClient,
-		poll:     o.PollInterval,
-		attempts: o.NotifyAttempts,
-		backoff:  o.NotifyBackoff,
-		now:      o.Now,
-		events:   newBroker(),
-		pages:    parsePageTemplates(),
-		logins:   newThrottle(loginFailures, loginWindow),
-		hooks:    newHookLimit(cfg.WebhookBurst, cfg.WebhookInterval.D()),
-		waiters:  map[string]chan Record{},
-		holding:  map[string]int{},
-		closing:  make(chan struct{}),
+		cfg:        cfg,
+		log:        o.Logger,
+		hc:         o.HTTPClient,
+		poll:       o.PollInterval,
+		attempts:   o.NotifyAttempts,
+		backoff:    o.NotifyBackoff,
+		now:        o.Now,
+		events:     newBroker(),
+		pages:      parsePageTemplates(),
+		logins:     newThrottle(loginFailures, loginWindow),
+		hooks:      newHookLimit(cfg.WebhookBurst, cfg.WebhookInterval.D()),
+		newRecords: newHookLimit(cfg.NewBurst, cfg.NewInterval.D()),
+		waiters:    map[string]chan Record{},
+		holding:    map[string]int{},
+		closing:    make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -151,6 +153,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 	} else if n > 0 {
 		s.log.Info("expired approvals whose time ran out", "count", n)
 	}
+	s.prune(ctx, s.now())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.pollLoop()
@@ -271,6 +274,7 @@ func (s *Service) pollLoop() {
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
 	lastSweep := s.now()
+	lastPrune := time.Time{}
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -299,6 +303,30 @@ func (s *Service) pollLoop() {
 			if _, err := s.store.ExpireDue(s.ctx, now); err != nil && s.ctx.Err() == nil {
 				s.log.Warn("expire approvals", "err", err)
 			}
+			if now.Sub(lastPrune) >= pruneEvery {
+				lastPrune = now
+				s.prune(s.ctx, now)
+			}
 		}
+	}
+}
+
+// pruneEvery is how often ended records past approvals.retention are deleted.
+const pruneEvery = 10 * time.Minute
+
+// prune deletes the ended records older than the retention (none when it is negative).
+func (s *Service) prune(ctx context.Context, now time.Time) {
+	if s.cfg.Retention < 0 {
+		return
+	}
+	n, err := s.store.Prune(ctx, now.Add(-s.cfg.Retention.D()))
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("prune approvals", "err", err)
+		}
+		return
+	}
+	if n > 0 {
+		s.log.Info("deleted ended approvals past the retention", "count", n, "retention", s.cfg.Retention)
 	}
 }

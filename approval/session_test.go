@@ -191,9 +191,11 @@ func loginForm(name, tok string) string {
 
 var formHeader = map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
 
-// TestLoginThrottle: wrong sign-ins are counted per client address and per approver name;
-// past the limit the answer is 429 with Retry-After, even for the right token, until the
-// window ends; other addresses and names are unaffected; wrong bearer tokens count too.
+// TestLoginThrottle: only failures are counted, per client address; past the limit a
+// failure is answered 429 with Retry-After until the window ends. A right token is accepted
+// from any address at any time, the throttled one included, so nobody can lock an approver
+// out by failing on purpose (with the approver's name, or from the approver's address).
+// Wrong bearer tokens count too.
 func TestLoginThrottle(t *testing.T) {
 	clock := &testClock{now: time.Now()}
 	var logs bytes.Buffer
@@ -211,6 +213,9 @@ func TestLoginThrottle(t *testing.T) {
 	login := func(addr, name, tok string) *httptest.ResponseRecorder {
 		return serve(h, addr, "POST", "/approvals/login", formHeader, loginForm(name, tok))
 	}
+	api := func(addr, tok string) *httptest.ResponseRecorder {
+		return serve(h, addr, "GET", "/v1/approvals", map[string]string{"Authorization": "Bearer " + tok}, "")
+	}
 	// A token typed into the name box is never logged.
 	if w := login("203.0.113.200", oncallToken, "x"); w.Code != http.StatusForbidden {
 		t.Errorf("token in the name box: got %d, want 403", w.Code)
@@ -221,46 +226,167 @@ func TestLoginThrottle(t *testing.T) {
 	}
 	logMu.Unlock()
 
-	// Per address: 10 wrong tokens (for unknown names) from one address.
+	// One address fails the limit (unknown names, the approver's name, wrong bearer tokens).
 	for i := range loginFailures {
-		if w := login("192.0.2.1", "nobody"+strconv.Itoa(i), "wrong-token-0123456789"); w.Code != http.StatusForbidden {
-			t.Fatalf("wrong sign-in %d: got %d, want 403", i, w.Code)
+		var w *httptest.ResponseRecorder
+		switch i % 3 {
+		case 0:
+			w = login("192.0.2.1", "nobody"+strconv.Itoa(i), "wrong-token-0123456789")
+		case 1:
+			w = login("192.0.2.1", "oncall", "wrong-token-0123456789")
+		default:
+			w = api("192.0.2.1", "wrong-token-0123456789")
+		}
+		if w.Code != http.StatusForbidden {
+			t.Fatalf("failure %d: got %d, want 403", i, w.Code)
 		}
 	}
-	w := login("192.0.2.1", "oncall", oncallToken)
-	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
-		t.Errorf("right sign-in from a throttled address: got %d Retry-After %q, want 429 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	for name, w := range map[string]*httptest.ResponseRecorder{
+		"sign-in": login("192.0.2.1", "oncall", "wrong-token-0123456789"),
+		"bearer":  api("192.0.2.1", "wrong-token-0123456789"),
+	} {
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+			t.Errorf("wrong %s past the limit: got %d Retry-After %q, want 429 with Retry-After", name, w.Code, w.Header().Get("Retry-After"))
+		}
 	}
-	if w := login("192.0.2.2", "oncall", oncallToken); w.Code != http.StatusSeeOther {
-		t.Errorf("sign-in from another address: got %d, want 303", w.Code)
+	// The right token works from every address, the throttled one included, for the name
+	// that was failed on and for others, at the page and at the API.
+	for _, addr := range []string{"192.0.2.1", "192.0.2.2"} {
+		if w := login(addr, "oncall", oncallToken); w.Code != http.StatusSeeOther {
+			t.Errorf("right sign-in from %s during the window: got %d, want 303", addr, w.Code)
+		}
+		if w := login(addr, "", secondToken); w.Code != http.StatusSeeOther {
+			t.Errorf("right sign-in (token only) from %s: got %d, want 303", addr, w.Code)
+		}
+		if w := api(addr, oncallToken); w.Code != http.StatusOK {
+			t.Errorf("right bearer token from %s during the window: got %d, want 200", addr, w.Code)
+		}
+	}
+	// A success resets the address's count; failing again starts over.
+	if w := login("192.0.2.1", "oncall", "wrong-token-0123456789"); w.Code != http.StatusForbidden {
+		t.Errorf("first failure after a success: got %d, want 403", w.Code)
 	}
 
-	// Per name: 10 wrong tokens for "second", each from its own address.
-	for i := range loginFailures {
+	// The approver's name failed from many addresses does not lock the name.
+	for i := range 3 * loginFailures {
 		login("198.51.100."+strconv.Itoa(i+1), "second", "wrong-token-0123456789")
 	}
-	if w := login("203.0.113.9", "second", secondToken); w.Code != http.StatusTooManyRequests {
-		t.Errorf("right sign-in for a throttled name from a fresh address: got %d, want 429", w.Code)
-	}
-	if w := login("203.0.113.9", "oncall", oncallToken); w.Code != http.StatusSeeOther {
-		t.Errorf("sign-in for another name from that address: got %d, want 303", w.Code)
+	if w := login("203.0.113.9", "second", secondToken); w.Code != http.StatusSeeOther {
+		t.Errorf("right sign-in for a name failed from many addresses: got %d, want 303", w.Code)
 	}
 
-	// Wrong bearer tokens from one address.
-	for range loginFailures {
-		serve(h, "192.0.2.50", "GET", "/v1/approvals", map[string]string{"Authorization": "Bearer wrong-token-0123456789"}, "")
+	// Past the window a throttled address's failures are 403 again.
+	for range loginFailures + 1 {
+		login("192.0.2.7", "x", "wrong-token-0123456789")
 	}
-	w = serve(h, "192.0.2.50", "GET", "/v1/approvals", map[string]string{"Authorization": "Bearer " + oncallToken}, "")
-	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
-		t.Errorf("API after many wrong tokens: got %d, want 429 with Retry-After", w.Code)
-	}
-
 	clock.Add(loginWindow)
-	if w := login("192.0.2.1", "oncall", oncallToken); w.Code != http.StatusSeeOther {
-		t.Errorf("sign-in after the window: got %d, want 303", w.Code)
+	if w := login("192.0.2.7", "x", "wrong-token-0123456789"); w.Code != http.StatusForbidden {
+		t.Errorf("failure after the window: got %d, want 403", w.Code)
 	}
-	if w := login("203.0.113.10", "second", secondToken); w.Code != http.StatusSeeOther {
-		t.Errorf("sign-in for the throttled name after the window: got %d, want 303", w.Code)
+}
+
+// TestCrossSitePostsRefused: any web page can make an approver's browser post to the admin
+// listener. Such posts (marked by Sec-Fetch-Site or Origin) are refused with 403 before any
+// credential is looked at: they do not sign in, decide, sign out, or count as failures that
+// would throttle the approver's own address. Same-origin posts and non-browser clients pass.
+func TestCrossSitePostsRefused(t *testing.T) {
+	f := newAPIFixture(t)
+	h := f.s.Handler()
+	rec, held := f.hold(t, `{"x":1}`)
+	const host = "127.0.0.1:8081"
+	post := func(path string, hdr map[string]string, body string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", path, strings.NewReader(body))
+		r.Host = host
+		r.RemoteAddr = "127.0.0.1:40000"
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	with := func(base map[string]string, kv ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range base {
+			out[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+	crossSite := [][]string{
+		{"Sec-Fetch-Site", "cross-site"},
+		{"Sec-Fetch-Site", "same-site"}, // another port or subdomain of the same site
+		{"Origin", "https://evil.example"},
+		{"Origin", "http://127.0.0.1:9999"},
+		{"Origin", "null"}, // sandboxed iframes, data: URLs
+		{"Origin", "http://127.0.0.1:8081.evil.example"},
+		{"Sec-Fetch-Site", "cross-site", "Origin", "http://" + host}, // Sec-Fetch-Site decides
+	}
+	bearer := map[string]string{"Authorization": "Bearer " + oncallToken, "Content-Type": "application/json"}
+	for _, hv := range crossSite {
+		name := strings.Join(hv, "=")
+		// Far more than the limit: none of them counts.
+		for range loginFailures + 2 {
+			if w := post("/approvals/login", with(formHeader, hv...), loginForm("oncall", "wrong-token-0123456789")); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "cross-site") {
+				t.Fatalf("%s: cross-site wrong sign-in: got %d %q, want 403 cross-site", name, w.Code, w.Body.String())
+			}
+		}
+		if w := post("/approvals/login", with(formHeader, hv...), loginForm("oncall", oncallToken)); w.Code != http.StatusForbidden || len(w.Result().Cookies()) != 0 {
+			t.Errorf("%s: cross-site right sign-in: got %d cookies %v, want 403 and no session", name, w.Code, w.Result().Cookies())
+		}
+		if w := post("/v1/approvals/"+rec.ID+"/approve", with(bearer, hv...), `{}`); w.Code != http.StatusForbidden {
+			t.Errorf("%s: cross-site approve: got %d, want 403", name, w.Code)
+		}
+		if w := post("/approvals/logout", with(formHeader, hv...), ""); w.Code != http.StatusForbidden {
+			t.Errorf("%s: cross-site logout: got %d, want 403", name, w.Code)
+		}
+	}
+	if r, _ := f.s.Get(context.Background(), rec.ID); r.State != StatePending {
+		t.Fatalf("after cross-site approvals: record is %q, want pending", r.State)
+	}
+	// The approver's address was not throttled by any of it: a wrong token is a plain 403.
+	if w := post("/approvals/login", formHeader, loginForm("oncall", "wrong-token-0123456789")); w.Code != http.StatusForbidden || strings.Contains(w.Body.String(), "cross-site") {
+		t.Errorf("wrong sign-in after the cross-site flood: got %d %q, want a plain 403", w.Code, w.Body.String())
+	}
+	for _, hv := range [][]string{
+		{"Sec-Fetch-Site", "same-origin", "Origin", "http://" + host},
+		{"Sec-Fetch-Site", "same-origin", "Origin", "null"}, // Chromium under Referrer-Policy: no-referrer
+		{"Origin", "http://" + host},
+		{"Sec-Fetch-Site", "none"},
+		{}, // curl, the CLI
+	} {
+		if w := post("/approvals/login", with(formHeader, hv...), loginForm("oncall", oncallToken)); w.Code != http.StatusSeeOther {
+			t.Errorf("%v: same-origin sign-in: got %d %q, want 303", hv, w.Code, w.Body.String())
+		}
+	}
+	if w := post("/v1/approvals/"+rec.ID+"/approve", with(bearer, "Origin", "http://"+host), `{}`); w.Code != http.StatusOK {
+		t.Errorf("same-origin approve: got %d %q, want 200", w.Code, w.Body.String())
+	}
+	waitHold(t, held)
+}
+
+// TestCrossSiteAllowsPageURLOrigin: behind a proxy the page's origin is page_url's, whatever
+// Host airlock sees.
+func TestCrossSiteAllowsPageURLOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		origin, host string
+		ok           bool
+	}{
+		{"https://approvals.example", "10.0.0.5:8081", true},
+		{"HTTPS://Approvals.Example", "10.0.0.5:8081", true},
+		{"https://approvals.example:8443", "10.0.0.5:8081", false},
+		{"http://10.0.0.5:8081", "10.0.0.5:8081", true},
+		{"https://other.example", "10.0.0.5:8081", false},
+		{"https://approvals.example/path", "approvals.example", false},
+	} {
+		r := httptest.NewRequest("POST", "/approvals/login", nil)
+		r.Host = tc.host
+		r.Header.Set("Origin", tc.origin)
+		if got := crossSite(r, "https://approvals.example") == ""; got != tc.ok {
+			t.Errorf("Origin %q Host %q: same origin %v, want %v", tc.origin, tc.host, got, tc.ok)
+		}
 	}
 }
 
@@ -275,10 +401,10 @@ func TestThrottleTableBounded(t *testing.T) {
 	if n := len(th.keys); n > maxThrottleKeys+1 {
 		t.Errorf("throttle table: got %d keys, want at most %d", n, maxThrottleKeys+1)
 	}
-	if th.wait("addr:new", now) == 0 {
+	if th.fail("addr:new", now) == 0 {
 		t.Error("an address past the full table was let through; want it to share the overflow window")
 	}
-	if th.wait("addr:new", now.Add(time.Minute)) != 0 {
+	if th.fail("addr:new", now.Add(time.Minute)) != 0 {
 		t.Error("after the window: still throttled")
 	}
 }

@@ -45,7 +45,8 @@ const schema = `CREATE TABLE IF NOT EXISTS airlock_approvals (
 );
 CREATE INDEX IF NOT EXISTS airlock_approvals_state ON airlock_approvals (state, expires);
 CREATE INDEX IF NOT EXISTS airlock_approvals_request ON airlock_approvals (request_sha256);
-CREATE INDEX IF NOT EXISTS airlock_approvals_created ON airlock_approvals (created);` + revocationSchema + sessionSchema
+CREATE INDEX IF NOT EXISTS airlock_approvals_created ON airlock_approvals (created);
+CREATE INDEX IF NOT EXISTS airlock_approvals_decided ON airlock_approvals (decided_at);` + revocationSchema + sessionSchema
 
 // addedColumns are columns added after the first release, with their definitions: a store
 // created by an older airlock gets them at open (ALTER TABLE … ADD COLUMN).
@@ -116,6 +117,15 @@ func fromNanos(n int64) time.Time {
 
 func (s *sqlStore) Create(ctx context.Context, r Record, body []byte) error {
 	var enc [4][]byte
+	var kept any = body
+	switch {
+	case r.State != StatePending:
+		// Created already ended (a retry that used a grant): only the request's shape is kept.
+		r = r.Ended()
+		kept = nil
+	case body == nil:
+		kept = []byte{} // kept, and empty: NULL means "not kept"
+	}
 	for i, v := range []any{r.Labels, r.Credentials, r.Headers, r.Warnings} {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -123,15 +133,12 @@ func (s *sqlStore) Create(ctx context.Context, r Record, body []byte) error {
 		}
 		enc[i] = b
 	}
-	if body == nil {
-		body = []byte{} // kept, and empty: NULL means "not kept"
-	}
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO airlock_approvals (`+columns+`, body)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		r.ID, r.State, r.Sandbox, string(enc[0]), r.Method, r.URL, r.ContentType, r.BodyPreview,
 		r.BodySize, r.BodyTruncated, r.BodySHA256, r.RequestSHA256, r.Rule, r.Reason,
 		string(enc[1]), nanos(r.Created), nanos(r.Expires), r.DecidedBy, nanos(r.DecidedAt),
-		r.Comment, r.RetryOf, r.ReusedBy, string(enc[2]), string(enc[3]), body)
+		r.Comment, r.RetryOf, r.ReusedBy, string(enc[2]), string(enc[3]), kept)
 	if err != nil {
 		return fmt.Errorf("store approval %s: %w", r.ID, err)
 	}
@@ -244,19 +251,14 @@ func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Record, e
 	if d.State == StatePending || !d.State.Valid() {
 		return Record{}, fmt.Errorf("decide approval %q: not a final state: %q", id, d.State)
 	}
-	// The body of a request nobody decided is not kept: a sandbox that keeps abandoning
-	// held requests must not fill the store's disk.
-	keep := "body"
-	if !d.State.ByApprover() {
-		keep = "NULL"
-	}
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE airlock_approvals
-		SET state = ?, decided_by = ?, comment = ?, decided_at = ?, body = `+keep+`
-		WHERE id = ? AND state = ?`), d.State, d.By, d.Comment, nanos(d.At), id, StatePending)
+	cur, err := s.Get(ctx, id)
 	if err != nil {
-		return Record{}, fmt.Errorf("decide approval %q: %w", id, err)
+		return Record{}, err
 	}
-	n, err := res.RowsAffected()
+	if !cur.Pending() {
+		return cur, fmt.Errorf("approval %s is %s: %w", id, cur.State, ErrDecided)
+	}
+	n, err := s.end(ctx, cur, d)
 	if err != nil {
 		return Record{}, fmt.Errorf("decide approval %q: %w", id, err)
 	}
@@ -268,6 +270,24 @@ func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Record, e
 		return r, fmt.Errorf("approval %s is %s: %w", id, r.State, ErrDecided)
 	}
 	return r, nil
+}
+
+// end moves cur, if it is still pending, to d's state and drops what an ended record does
+// not keep (Record.Ended): header values, body preview and body. The headers of a pending
+// record never change, so those read before are the ones replaced. It returns the number of
+// records changed (0: someone else ended it first).
+func (s *sqlStore) end(ctx context.Context, cur Record, d Decision) (int64, error) {
+	headers, err := json.Marshal(cur.Ended().Headers)
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE airlock_approvals
+		SET state = ?, decided_by = ?, comment = ?, decided_at = ?, body = NULL, body_preview = '', headers = ?
+		WHERE id = ? AND state = ?`), d.State, d.By, d.Comment, nanos(d.At), string(headers), cur.ID, StatePending)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (s *sqlStore) Decided(ctx context.Context, ids []string) ([]Record, error) {
@@ -311,16 +331,31 @@ func (s *sqlStore) UseGrant(ctx context.Context, g GrantQuery) (Record, bool, er
 }
 
 func (s *sqlStore) ExpireDue(ctx context.Context, now time.Time) (int, error) {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE airlock_approvals
-		SET state = ?, decided_by = ?, comment = ?, decided_at = ?, body = NULL
-		WHERE state = ? AND expires < ?`), StateExpired, DecidedBySystem,
-		"no decision before the timeout", nanos(now), StatePending, nanos(now))
+	due, err := s.query(ctx, `SELECT `+columns+` FROM airlock_approvals WHERE state = ? AND expires < ?`,
+		StatePending, nanos(now))
 	if err != nil {
 		return 0, fmt.Errorf("expire approvals: %w", err)
 	}
+	total := 0
+	for _, r := range due {
+		n, err := s.end(ctx, r, Decision{State: StateExpired, By: DecidedBySystem, Comment: "no decision before the timeout", At: now})
+		if err != nil {
+			return total, fmt.Errorf("expire approval %s: %w", r.ID, err)
+		}
+		total += int(n)
+	}
+	return total, nil
+}
+
+func (s *sqlStore) Prune(ctx context.Context, before time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM airlock_approvals WHERE state <> ? AND decided_at < ?`),
+		StatePending, nanos(before))
+	if err != nil {
+		return 0, fmt.Errorf("prune approvals: %w", err)
+	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("expire approvals: %w", err)
+		return 0, fmt.Errorf("prune approvals: %w", err)
 	}
 	return int(n), nil
 }

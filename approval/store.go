@@ -14,8 +14,8 @@ var (
 	ErrNotFound = errors.New("approval not found")
 	// ErrDecided: the record was already decided, expired or cancelled (the API answers 409).
 	ErrDecided = errors.New("approval already decided")
-	// ErrBodyGone: the record exists but its body is not kept (it expired, or the agent went
-	// away, before anyone decided; the API answers 410).
+	// ErrBodyGone: the record exists but its body is not kept (it has ended; the API
+	// answers 410).
 	ErrBodyGone = errors.New("approval body not kept")
 )
 
@@ -23,26 +23,30 @@ var (
 // shared by several airlock replicas: every state change is a conditional update of a
 // pending record, so exactly one decision wins.
 type Store interface {
-	// Create inserts a new record with the exact body it holds.
+	// Create inserts a new record with the exact body it holds. A record created already
+	// ended (a retry that used a grant) is stored as Record.Ended, without its body.
 	Create(ctx context.Context, r Record, body []byte) error
 	// Get returns one record or ErrNotFound.
 	Get(ctx context.Context, id string) (Record, error)
 	// Body returns a record's exact body: ErrNotFound for an unknown id, ErrBodyGone when
-	// it is not kept (a record that expired or whose agent went away drops it).
+	// it is not kept (an ended record drops it).
 	Body(ctx context.Context, id string) ([]byte, error)
 	// List returns records, newest first.
 	List(ctx context.Context, f ListFilter) ([]Record, error)
 	// Decide moves a pending record to d.State. A record that is not pending is returned
-	// with ErrDecided; an unknown id gives ErrNotFound. Ending in a state no approver chose
-	// (expired, disconnected) drops the body.
+	// with ErrDecided; an unknown id gives ErrNotFound. Ending drops the body, the body
+	// preview and the header values (Record.Ended): a sandbox must not fill the store.
 	Decide(ctx context.Context, id string, d Decision) (Record, error)
 	// Decided returns those of ids that are no longer pending.
 	Decided(ctx context.Context, ids []string) ([]Record, error)
 	// UseGrant marks the newest unused approval matching g as used by g.UsedBy and returns
 	// it; ok is false when there is none.
 	UseGrant(ctx context.Context, g GrantQuery) (r Record, ok bool, err error)
-	// ExpireDue moves pending records whose Expires is before now to expired.
+	// ExpireDue moves pending records whose Expires is before now to expired (as Decide).
 	ExpireDue(ctx context.Context, now time.Time) (int, error)
+	// Prune deletes ended records decided before before (approvals.retention) and returns
+	// how many; pending records are never pruned.
+	Prune(ctx context.Context, before time.Time) (int, error)
 	// CredentialRevocations: the shared list of revoked proxy credentials.
 	CredentialRevocations
 	// Sessions: the approval page's sign-ins, shared by every replica.

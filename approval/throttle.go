@@ -5,8 +5,11 @@ import (
 	"time"
 )
 
-// Sign-in throttling: a client address, or an approver name, that fails this many times
-// within the window is refused (429) until the window ends.
+// Sign-in throttling: a client address that fails more than this many times within the
+// window gets 429 (with Retry-After) for its further failures until the window ends. Only
+// failures are counted and only failures are refused: a right token is accepted from any
+// address at any time, so failures made by someone else (from another address, or sharing
+// this one) can never lock an approver out.
 const (
 	loginFailures   = 10
 	loginWindow     = 15 * time.Minute
@@ -34,25 +37,9 @@ func newThrottle(max int, w time.Duration) *throttle {
 	return &throttle{max: max, window: w, keys: map[string]*window{}}
 }
 
-// wait returns how long key must wait before it may try again (0: now).
-func (t *throttle) wait(key string, now time.Time) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	w, ok := t.keys[key]
-	if !ok {
-		w = t.keys[overflowKey]
-	}
-	if w == nil || w.n < t.max {
-		return 0
-	}
-	if left := w.start.Add(t.window).Sub(now); left > 0 {
-		return left
-	}
-	return 0
-}
-
-// fail counts a failure of key.
-func (t *throttle) fail(key string, now time.Time) {
+// fail counts a failure of key and returns, once key has failed more than max times in the
+// window, how long is left of it (0: still within the limit).
+func (t *throttle) fail(key string, now time.Time) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	w, ok := t.keys[key]
@@ -72,6 +59,10 @@ func (t *throttle) fail(key string, now time.Time) {
 		t.keys[key] = w
 	}
 	w.n++
+	if w.n <= t.max {
+		return 0
+	}
+	return w.start.Add(t.window).Sub(now)
 }
 
 // reset forgets key's failures (after it succeeded).

@@ -159,3 +159,78 @@ func TestOutcomesAreAttributed(t *testing.T) {
 		t.Errorf("record JSON: %s", b)
 	}
 }
+
+// hiddenChars are characters that change how text looks without showing themselves:
+// bidirectional overrides, embeddings and isolates, zero-width characters, marks, controls.
+var hiddenChars = []rune{0x202E, 0x202D, 0x202A, 0x202B, 0x202C, 0x2066, 0x2067, 0x2068, 0x2069,
+	0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x061C, 0xFEFF, 0x00AD, 0x2028, 0x2029, 0x00A0,
+	0x3164, 0x115F, 0xFE0F, 0xE0041, 0x1B, 0x07, 0x7F, 0x85, 0x9B, 0x0D, 0x0B}
+
+// TestVisibleEscapesHiddenCharacters: every hidden character is written as a marked escape
+// and nothing else of it reaches the page; visible text (non-ASCII too) and HTML are kept
+// and escaped as usual; a body preview keeps its line breaks.
+func TestVisibleEscapesHiddenCharacters(t *testing.T) {
+	for _, r := range hiddenChars {
+		s := "evil.example/" + string(r) + "gpj.exe"
+		got := string(visible(s, false))
+		if strings.ContainsRune(got, r) {
+			t.Errorf("U+%04X: passed through: %q", r, got)
+		}
+		if !strings.Contains(got, `<span class="esc"`) || !strings.Contains(got, "evil.example/") || !strings.Contains(got, "gpj.exe") {
+			t.Errorf("U+%04X: got %q, want a marked escape between the visible parts", r, got)
+		}
+	}
+	if got := string(visible("café/日本/<b>&", false)); got != "café/日本/&lt;b&gt;&amp;" {
+		t.Errorf("visible text: got %q", got)
+	}
+	if got := string(visible("a\xffb", false)); !strings.Contains(got, `\xff`) || strings.Contains(got, "\xff") {
+		t.Errorf("invalid UTF-8: got %q", got)
+	}
+	if got := string(visible("line 1\r\nline\t2\nend\r", true)); got != "line 1\r\nline\t2\nend"+`<span class="esc" title="a character that does not show as itself">\r</span>` {
+		t.Errorf("block: got %q", got)
+	}
+	if got := string(visible("a\nb", false)); !strings.Contains(got, `>\n</span>`) {
+		t.Errorf("newline in a one-line field: got %q, want it escaped", got)
+	}
+}
+
+// TestPageShowsHiddenCharacters: a held request whose URL, method, headers, warnings and body
+// preview hold bidirectional overrides, isolates and zero-width characters is shown with
+// each of them escaped: none reaches the page as itself.
+func TestPageShowsHiddenCharacters(t *testing.T) {
+	f := newAPIFixture(t)
+	r := sampleRequest("")
+	r.URL = "https://api.example.com/\u202Etxt.exe?x=\u2066a\u2069"
+	r.Header = http.Header{
+		"X-Tr\u200Bace":           {"v\u200Dalue"},
+		"X-Http-Method-Override":  {"DEL\u202EETE"},
+		"Content-Type":            {"text/plain\u2067"},
+		"X-" + string(rune(0x1B)): {"\x1b[31mred"},
+	}
+	r.Body = []byte("harmless\u202E)rm -rf /(\n\u200Bhidden line\n")
+	ch := holdAsync(context.Background(), f.s, r)
+	rec := nextCreated(t, f.ev)
+	sid := f.signIn(t, "oncall", oncallToken)
+	req, _ := http.NewRequest("GET", f.srv.URL+"/approvals", nil)
+	req.AddCookie(&http.Cookie{Name: cookieName, Value: sid})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	page := string(b)
+	for _, c := range []rune{0x202E, 0x2066, 0x2067, 0x2069, 0x200B, 0x200D, 0x1B} {
+		if strings.ContainsRune(page, c) {
+			t.Errorf("page holds U+%04X as itself", c)
+		}
+	}
+	for _, want := range []string{`/<span class="esc" title="a character that does not show as itself">\u202e</span>txt.exe`,
+		`X-Tr<span class="esc"`, `\u200b`, `\u200d`, `\u2066`, `DEL<span class="esc"`, `\x1b`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	f.s.Decide(context.Background(), rec.ID, StateDenied, "oncall", "")
+	waitHold(t, ch)
+}

@@ -86,6 +86,7 @@ func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	dst = optString(dst, `,"trace_id":`, ev.TraceID)
 	dst = optString(dst, `,"span_id":`, ev.SpanID)
 	dst = optString(dst, `,"error_class":`, ev.ErrorClass)
+	dst = optInt(dst, `,"suppressed":`, ev.Suppressed)
 	return append(dst, '}'), nil
 }
 

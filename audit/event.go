@@ -55,4 +55,6 @@ type Event struct {
 	TraceID    string  `json:"trace_id,omitempty"`
 	SpanID     string  `json:"span_id,omitempty"`
 	ErrorClass string  `json:"error_class,omitempty"`
+	// Suppressed is, in a KindRefusalsSuppressed record, how many refusals it stands for.
+	Suppressed int64 `json:"suppressed,omitempty"`
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Redacted is the value written in place of anything that may carry a secret.
@@ -76,23 +77,67 @@ func (ev Event) Sanitized() Event {
 }
 
 // scrubbed is Sanitized without copying the labels and credentials, for an event that is
-// encoded at once (the sink's Record).
+// encoded at once (the sink's Record). Every string a sandbox can choose or lengthen is
+// bounded (see the Max* constants): a longer one is cut at a character boundary and ends in
+// a marker saying how much was cut ("…[truncated 123 bytes]").
 func (ev Event) scrubbed() Event {
-	ev.Query = RedactQuery(ev.Query)
+	ev.Query = bound(RedactQuery(ev.Query), MaxQueryBytes)
 	if ev.ErrorClass != "" && !errorClassRE.MatchString(ev.ErrorClass) {
 		ev.ErrorClass = "invalid"
 	}
-	ev.Path = bound(ev.Path, 2048)
-	ev.Reason = bound(ev.Reason, 1024)
-	ev.Rule = bound(ev.Rule, 256)
+	ev.Path = bound(ev.Path, MaxPathBytes)
+	ev.Host = bound(ev.Host, MaxNameBytes)
+	ev.Method = bound(ev.Method, MaxNameBytes)
+	ev.Scheme = bound(ev.Scheme, MaxNameBytes)
+	ev.Phase = bound(ev.Phase, MaxNameBytes)
+	ev.SandboxID = bound(ev.SandboxID, MaxNameBytes)
+	ev.Approver = bound(ev.Approver, MaxNameBytes)
+	ev.ApprovalID = bound(ev.ApprovalID, MaxNameBytes)
+	ev.Reason = bound(ev.Reason, MaxReasonBytes)
+	ev.Rule = bound(ev.Rule, MaxNameBytes)
+	if long(ev.Labels) {
+		l := make(map[string]string, len(ev.Labels))
+		for k, v := range ev.Labels {
+			l[bound(k, MaxNameBytes)] = bound(v, MaxNameBytes)
+		}
+		ev.Labels = l
+	}
+	for i, c := range ev.Creds {
+		if len(c) > MaxNameBytes {
+			ev.Creds = append([]string(nil), ev.Creds...)
+			ev.Creds[i] = bound(c, MaxNameBytes)
+		}
+	}
 	return ev
 }
 
+// Bounds of an audit record's fields, in bytes, before the truncation marker.
+const (
+	MaxPathBytes   = 2048 // the request path
+	MaxQueryBytes  = 2048 // the (redacted) query
+	MaxReasonBytes = 1024 // the reason text
+	MaxNameBytes   = 256  // host, method, rule, sandbox, labels, credential names and the like
+)
+
+func long(m map[string]string) bool {
+	for k, v := range m {
+		if len(k) > MaxNameBytes || len(v) > MaxNameBytes {
+			return true
+		}
+	}
+	return false
+}
+
+// bound cuts s to at most n bytes at a character boundary and marks how much was cut.
 func bound(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	cut := n
+	for cut > 0 && cut > n-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…[truncated " + strconv.Itoa(len(s)-cut) + " bytes]"
 }
 
 // NewRequestEvent fills the request fields of an event from what a sandbox sent: method,

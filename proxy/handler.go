@@ -240,6 +240,11 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		}
 	}()
 
+	// The header set that is forwarded is computed once, here, and is what the policy sees,
+	// what an approval binds and what goes upstream: headers named in Connection (and the
+	// other hop-by-hop headers) are gone before the policy input is built, so a rule can never
+	// decide on a header that is not sent, nor miss one that is.
+	forwardForm(r.Header, p.gp.KeepAcceptEncoding)
 	dec, err := p.decide(st, requestInput(id, r, t))
 	if err != nil {
 		p.log.Error("policy evaluation failed", "phase", "request", "sandbox", id.ID, "host", t.host, "err", err)

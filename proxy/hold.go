@@ -42,7 +42,7 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 	}
 	defer p.held.leave(sandbox, reserved)
 
-	forwardForm(r.Header, p.gp.KeepAcceptEncoding)
+	// r.Header is already in forward form (handleRequest): what the policy saw is bound.
 	target := forwardedURL(r.URL)
 	header := forwardedHeaders(r.Header)
 	held := p.opts.Telemetry.Held(st.ctx)
@@ -80,6 +80,14 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 		return &refusal{status: http.StatusServiceUnavailable, decision: "error", rule: dec.Rule,
 			reason: "airlock is restarting; approval " + res.ID + " stays pending: retry the same request after it is decided", class: "approval",
 			extra: http.Header{"X-Airlock-Approval-Id": {res.ID}, "Retry-After": {"30"}}}
+	}
+	var le *approval.LimitError
+	if errors.As(err, &le) {
+		f := &refusal{status: le.Status, decision: "deny", rule: le.Rule, reason: le.Reason, class: "limit"}
+		if le.RetryAfter > 0 {
+			f.extra = http.Header{"Retry-After": {strconv.Itoa(int(max(le.RetryAfter/time.Second, 1)))}}
+		}
+		return f
 	}
 	if err != nil {
 		p.log.Error("approval failed", "sandbox", sandbox, "err", err)
@@ -212,8 +220,8 @@ func (p *Proxy) overBudget(v budgetVerdict, sandbox string, want int64) *refusal
 	}
 }
 
-// forwardForm brings h to the form in which it is forwarded, before an approval is bound to
-// it: hop-by-hop headers removed (as the round trip does), Expect dropped (the body is
+// forwardForm brings h to the form in which it is forwarded, before the policy input is
+// built and an approval bound to it: hop-by-hop headers removed (as the round trip does), Expect dropped (the body is
 // already buffered) and, unless goproxy keeps it, Accept-Encoding dropped (goproxy removes
 // it before the round trip; the transport negotiates its own).
 func forwardForm(h http.Header, keepAcceptEncoding bool) {

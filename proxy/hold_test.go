@@ -32,6 +32,9 @@ import (
 func approvals(t *testing.T, cfg approval.Config) *approval.Service {
 	t.Helper()
 	cfg.Store = "sqlite:" + filepath.Join(t.TempDir(), "approvals.db")
+	if cfg.NewBurst == 0 {
+		cfg.NewBurst = 1000 // these tests hold many requests from one sandbox
+	}
 	svc, err := approval.New(context.Background(), approval.Options{Config: cfg, PollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

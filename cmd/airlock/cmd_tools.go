@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/internal/termsafe"
 	"github.com/airlock-proxy/airlock/rego"
 )
 
@@ -238,7 +239,10 @@ func newApprovalsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tSANDBOX\tMETHOD\tURL\tRULE\tEXPIRES")
 			for _, r := range recs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Sandbox, r.Method, r.URL, r.Rule, r.Expires.Format("15:04:05"))
+				// The sandbox chose the method and URL: shown with control, format and
+				// blank characters escaped, so a reversed or hidden part shows as what it is.
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Text(r.ID), r.State, termsafe.Text(r.Sandbox),
+					termsafe.Text(r.Method), termsafe.Text(r.URL), termsafe.Text(r.Rule), r.Expires.Format("15:04:05"))
 			}
 			return tw.Flush()
 		},
@@ -301,10 +305,17 @@ func newApprovalsCmd() *cobra.Command {
 	return cmd
 }
 
+// printJSON writes v as indented JSON in which every character that does not show as itself
+// (controls, bidirectional overrides, zero-width and blank characters) is a \u escape: the
+// same JSON to a parser, and to a person reading a record a sandbox wrote, no reversed or
+// hidden text.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(termsafe.JSON(b), '\n'))
+	return err
 }
 
 func trimSpace(b []byte) []byte {

@@ -111,6 +111,12 @@ type AuditConfig struct {
 	OnFailure          string        `yaml:"on_failure"` // block | buffer
 	BufferEvents       int           `yaml:"buffer_events"`
 	DecisionLog        string        `yaml:"decision_log"` // optional OPA decision-log JSONL
+	// Refusals of one sandbox are written one by one up to RefusalBurst at once, then one per
+	// RefusalInterval; the rest are counted and written as one summary per sandbox and rule
+	// every RefusalSummary (audit.RefusalLimit). Forwarded requests are always one by one.
+	RefusalBurst    int           `yaml:"refusal_burst"`    // default 100
+	RefusalInterval time.Duration `yaml:"refusal_interval"` // default 1s
+	RefusalSummary  time.Duration `yaml:"refusal_summary"`  // default 1m
 }
 
 // LimitsConfig bounds what one client can make the proxy hold.
@@ -222,6 +228,14 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Proxy.validate(); err != nil {
 		return err
+	}
+	switch {
+	case c.Audit.RefusalBurst < 0:
+		return fmt.Errorf("audit.refusal_burst: must not be negative, got %d", c.Audit.RefusalBurst)
+	case c.Audit.RefusalInterval < 0:
+		return fmt.Errorf("audit.refusal_interval: must not be negative, got %s", c.Audit.RefusalInterval)
+	case c.Audit.RefusalSummary < 0:
+		return fmt.Errorf("audit.refusal_summary: must not be negative, got %s", c.Audit.RefusalSummary)
 	}
 	if err := c.Admin.validate(); err != nil {
 		return err

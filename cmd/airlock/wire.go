@@ -111,7 +111,10 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 			return nil, fmt.Errorf("audit_log: %w", err)
 		}
 		s.closers = append(s.closers, func(context.Context) error { return s.audit.Close() })
-		auditor = s.audit
+		limit := audit.NewRefusalLimit(s.audit, audit.RefusalLimitOptions{Burst: cfg.Audit.RefusalBurst,
+			Interval: cfg.Audit.RefusalInterval, Summary: cfg.Audit.RefusalSummary})
+		s.closers = append(s.closers, func(context.Context) error { return limit.Close() }) // before the sink
+		auditor = limit
 	}
 	var creds proxy.CredentialSource
 	if len(cfg.Credentials) > 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -82,5 +83,79 @@ decision := {"action": "allow", "rule": "t.allow"} if input.request.path == "/ok
 	d, _ := os.ReadFile(filepath.Join(home, "decisions.jsonl"))
 	if n := strings.Count(string(d), `"decision_id"`); n < 2 {
 		t.Errorf("decision log has %d entries, want 2: %s", n, d)
+	}
+}
+
+// TestProxyStackSummarisesRefusalFloods: wired from the config file, a sandbox sending far
+// more refused requests than audit.refusal_burst leaves the burst one by one and the rest in
+// refusals.suppressed records that add up, while every allowed request keeps its own
+// decision and completion records; the log verifies.
+func TestProxyStackSummarisesRefusalFloods(t *testing.T) {
+	home := t.TempDir()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	upURL, _ := url.Parse(up.URL)
+	policy := filepath.Join(home, "policy")
+	os.MkdirAll(policy, 0o700)
+	os.WriteFile(filepath.Join(policy, "p.rego"), []byte(`package airlock
+default decision := {"action": "deny", "rule": "t.deny", "reason": "no"}
+decision := {"action": "allow", "rule": "t.allow"} if input.request.path == "/ok"
+`), 0o600)
+	cfgPath := filepath.Join(home, "airlock.yaml")
+	os.WriteFile(cfgPath, []byte("home: "+home+"\npolicy: "+policy+"\nallow_private: [127.0.0.0/8]\naudit:\n  refusal_burst: 4\n  refusal_interval: 1h\n"), 0o600)
+	cfg, _, err := loadWithFlags(t, "--config", cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := build(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.proxy.Serve(ln)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()})}}
+	const denied, allowed = 60, 20
+	for i := range denied + allowed {
+		path := "/nope/" + strings.Repeat("x", i)
+		if i%4 == 0 && i/4 < allowed {
+			path = "/ok"
+		}
+		resp, err := c.Get("http://" + upURL.Host + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	s.proxy.Shutdown(context.Background())
+	if err := s.close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(home, "audit.jsonl")
+	if _, err := audit.Verify([]string{path}, nil); err != nil {
+		t.Fatalf("audit log: %v", err)
+	}
+	b, _ := os.ReadFile(path)
+	var single, decisions, completions int
+	var suppressed int64
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var ev audit.Event
+		if err := json.Unmarshal(line, &ev); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case ev.Kind == audit.KindRefusalsSuppressed:
+			suppressed += ev.Suppressed
+		case audit.IsRefusal(ev):
+			single++
+		case ev.Stage == audit.StageDecision && ev.Rule == "t.allow":
+			decisions++
+		case ev.Stage == audit.StageCompletion && ev.Rule == "t.allow":
+			completions++
+		}
+	}
+	if single != 4 || single+int(suppressed) != denied || decisions != allowed || completions != allowed {
+		t.Errorf("refusals: %d one by one + %d summarised, want 4 + %d; allowed: %d decisions, %d completions, want %d each",
+			single, suppressed, denied-4, decisions, completions, allowed)
 	}
 }

@@ -2,6 +2,8 @@ package termsafe
 
 import (
 	"bytes"
+	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -243,5 +245,34 @@ func TestRestore(t *testing.T) {
 				t.Errorf("after %q: leaves the alternate screen with %q, want %q", tt.out, alt, tt.alt)
 			}
 		})
+	}
+}
+
+// TestJSONEscapesHiddenCharacters: JSON turns every character that does not show as itself
+// into a JSON escape (a surrogate pair beyond U+FFFF), leaves everything else byte for byte,
+// and the result parses to the same value.
+func TestJSONEscapesHiddenCharacters(t *testing.T) {
+	in := map[string]string{"url": "https://x.example/\u202Etxt.exe", "h": "a\u200Bb\u2066c\u2069\u00A0\u3164", "tag": "\U000E0041", "ok": "café 日本 ✓ \uFFFD"}
+	b, err := json.MarshalIndent(in, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := JSON(b)
+	for _, r := range []rune{0x202E, 0x200B, 0x2066, 0x2069, 0x00A0, 0x3164, 0xE0041} {
+		if strings.ContainsRune(string(out), r) {
+			t.Errorf("U+%04X passed through: %s", r, out)
+		}
+	}
+	for _, want := range []string{`\u202e`, `\u200b`, `\udb40\udc41`, "café 日本 ✓ \uFFFD", "\n  "} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q: %s", want, out)
+		}
+	}
+	var back map[string]string
+	if err := json.Unmarshal(out, &back); err != nil || !maps.Equal(back, in) {
+		t.Errorf("parses to %q, %v; want %q", back, err, in)
+	}
+	if plain := []byte(`{"a": "b"}`); &JSON(plain)[0] != &plain[0] {
+		t.Error("clean input was copied")
 	}
 }
