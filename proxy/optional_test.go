@@ -11,7 +11,9 @@ import (
 // deciderFunc is a Decider from a function.
 type deciderFunc func(*rego.Input) rego.Decision
 
-func (f deciderFunc) Decide(_ context.Context, in *rego.Input) (rego.Decision, error) { return f(in), nil }
+func (f deciderFunc) Decide(_ context.Context, in *rego.Input) (rego.Decision, error) {
+	return f(in), nil
+}
 
 // TestOptionalCredential: a rule's credential marked optional (credential_optional) that the
 // proxy's config does not define at all is left out and the request goes anonymously (a
