@@ -88,7 +88,7 @@ func TestReadmeMainCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("README's first command: %v\n%s", err, out)
 	}
-	if !regexp.MustCompile(`(?m)^v0\.\d+\.\d+`).MatchString(stdout.String()) {
+	if !regexp.MustCompile(`(?m)^v\d+\.\d+\.\d+$`).MatchString(stdout.String()) {
 		t.Errorf("no goproxy versions from proxy.golang.org in the output:\n%s", out)
 	}
 	for _, want := range []string{
