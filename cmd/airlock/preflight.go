@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
@@ -63,8 +64,12 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (*rego.Engine
 			errs = append(errs, fmt.Errorf("policy_options.bundle_public_key: %w; want a readable PEM file", err))
 		}
 	}
-	// Secret files read later (Vault's, the approval service's, credentials'): readable.
+	// Secret files the proxy reads later (Vault's, the approval service's, credentials'):
+	// readable. The sandbox backends' issuer tokens are the client's, not the proxy's.
 	for _, f := range cfg.secretFiles() {
+		if strings.HasPrefix(f.key, "sandbox.") {
+			continue
+		}
 		fh, err := os.Open(f.path)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w; want a readable file", f.key, err))
