@@ -157,16 +157,18 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first problem, naming its key under `approvals.`.
+// Validate reports every problem (errors.Join), each naming its key under `approvals.`.
 func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.Timeout < 0 {
-		return fmt.Errorf("approvals.timeout: must not be negative, got %s", c.Timeout)
+		bad("approvals.timeout: %s is negative; want a duration such as 5m", c.Timeout)
 	}
 	if c.MaxBody < 0 {
-		return fmt.Errorf("approvals.max_body: must not be negative, got %d", c.MaxBody)
+		bad("approvals.max_body: %d is negative; want a size such as 1MiB", c.MaxBody)
 	}
 	if c.BodyPreview < 0 {
-		return fmt.Errorf("approvals.body_preview: must not be negative, got %d", c.BodyPreview)
+		bad("approvals.body_preview: %d is negative; want a size such as 16KiB", c.BodyPreview)
 	}
 	for _, f := range []struct {
 		key string
@@ -177,52 +179,54 @@ func (c Config) Validate() error {
 		{"max_header_bytes", int64(c.MaxHeaderBytes)}, {"new_per_sandbox_burst", int64(c.NewBurst)},
 		{"new_per_sandbox_interval", int64(c.NewInterval)}} {
 		if f.v < 0 {
-			return fmt.Errorf("approvals.%s: must not be negative, got %d", f.key, f.v)
+			bad("approvals.%s: %d is negative; want 0 (the default) or more", f.key, f.v)
 		}
 	}
 	if c.MaxHeldBytesPerSandbox > 0 && c.MaxHeldBytesPerSandbox < c.MaxBody {
-		return fmt.Errorf("approvals.max_held_bytes_per_sandbox: %d is less than approvals.max_body (%d): no request with a body that large could ever be held", c.MaxHeldBytesPerSandbox, c.MaxBody)
+		bad("approvals.max_held_bytes_per_sandbox: %d is less than approvals.max_body (%d): no request with a body that large could ever be held; want at least approvals.max_body", c.MaxHeldBytesPerSandbox, c.MaxBody)
 	}
 	if c.MaxHeldBytes > 0 && c.MaxHeldBytes < c.MaxHeldBytesPerSandbox {
-		return fmt.Errorf("approvals.max_held_bytes: %d is less than approvals.max_held_bytes_per_sandbox (%d)", c.MaxHeldBytes, c.MaxHeldBytesPerSandbox)
+		bad("approvals.max_held_bytes: %d is less than approvals.max_held_bytes_per_sandbox (%d); want at least that", c.MaxHeldBytes, c.MaxHeldBytesPerSandbox)
 	}
 	if c.Retention > 0 && c.RetryWindow > 0 && c.Retention < c.RetryWindow {
 		return fmt.Errorf("approvals.retention: %s is shorter than approvals.retry_window (%s): approvals would be deleted before a retry could use them", c.Retention, c.RetryWindow)
 	}
 	if c.Store != "" {
 		if _, _, err := parseStoreDSN(c.Store); err != nil {
-			return fmt.Errorf("approvals.store: %w", err)
+			bad("approvals.store: %w", err)
 		}
 	}
-	for key, u := range map[string]string{"webhook": c.Webhook, "service": c.Service, "page_url": c.PageURL} {
+	for _, key := range []string{"webhook", "service", "page_url"} {
+		u := map[string]string{"webhook": c.Webhook, "service": c.Service, "page_url": c.PageURL}[key]
 		if u == "" {
 			continue
 		}
 		if err := checkHTTPURL(u); err != nil {
-			return fmt.Errorf("approvals.%s: %w", key, err)
+			bad("approvals.%s: %w", key, err)
 		}
 	}
 	switch c.WebhookFormat {
 	case "", "json", "slack":
 	default:
-		return fmt.Errorf("approvals.webhook_format: want json or slack, got %q", c.WebhookFormat)
+		bad("approvals.webhook_format: %q is not a format; want json or slack", c.WebhookFormat)
 	}
 	seen := map[string]bool{}
 	for i, a := range c.Approvers {
 		key := fmt.Sprintf("approvals.approvers[%d]", i)
 		switch {
 		case a.Name == "":
-			return fmt.Errorf("%s.name: required", key)
+			bad("%s.name: missing; want the approver's name", key)
 		case strings.ContainsAny(a.Name, ":\n\r\t"):
-			return fmt.Errorf("%s.name: %q must not contain ':' or control characters", key, a.Name)
+			bad("%s.name: %q contains ':' or a control character; want a plain name", key, a.Name)
 		case seen[a.Name]:
-			return fmt.Errorf("%s.name: %q is listed twice", key, a.Name)
-		case a.TokenFile == "":
-			return fmt.Errorf("%s.token_file: required", key)
+			bad("%s.name: %q is listed twice; want each approver once", key, a.Name)
+		}
+		if a.TokenFile == "" {
+			bad("%s.token_file: missing; want the file holding the approver's token (at least 16 characters)", key)
 		}
 		seen[a.Name] = true
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func checkHTTPURL(s string) error {
@@ -250,11 +254,22 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // UnmarshalYAML reads "5m"; a bare number is refused because its unit would be a guess.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	p, err := time.ParseDuration(strings.TrimSpace(n.Value))
-	if err != nil {
-		return fmt.Errorf("line %d: want a duration such as \"5m\", got %q", n.Line, n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
+		return typeError(n, "approval.Duration")
 	}
 	*d = Duration(p)
 	return nil
+}
+
+// typeError is the error yaml.v3 itself gives for a value of the wrong type: it keeps
+// decoding, so that every problem of the file is reported, and its text names the line,
+// the value and the type (which the config loader turns into words).
+func typeError(n *yaml.Node, typ string) error {
+	tag := n.ShortTag()
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s into %s", n.Line, tag, typ)}}
+	}
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s `%s` into %s", n.Line, tag, n.Value, typ)}}
 }
 
 // MarshalYAML writes the duration as text.
@@ -266,8 +281,8 @@ type ByteSize int64
 // UnmarshalYAML reads a byte count with an optional binary suffix.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+	if err != nil || n.Kind != yaml.ScalarNode {
+		return typeError(n, "approval.ByteSize")
 	}
 	*b = v
 	return nil

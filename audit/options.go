@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -90,32 +91,41 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// Check reports every problem of o as Open would find it, defaults applied, without
+// opening anything. Each names its config key (audit.fsync, ...), so that a config
+// checker can report them with the rest; Path is not checked.
+func (o Options) Check() error {
+	o.setDefaults()
+	var errs []error
+	switch o.Fsync {
+	case FsyncGroup, FsyncAlways, FsyncInterval, FsyncNever:
+	default:
+		errs = append(errs, fmt.Errorf("audit.fsync: %q is not an fsync policy; want group, always, interval or never", o.Fsync))
+	}
+	if o.GroupWindow < 0 || o.GroupWindow > time.Second {
+		errs = append(errs, fmt.Errorf("audit.group_window: %s is out of range; want a short positive bound, at most 1s (use fsync: interval for longer)", o.GroupWindow))
+	}
+	if o.FsyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("audit.fsync_interval: %s is negative; want a positive duration", o.FsyncInterval))
+	}
+	if o.RotateBytes < 0 {
+		errs = append(errs, fmt.Errorf("audit.rotate_bytes: %d is negative; want 0 (never rotate) or a size in bytes", o.RotateBytes))
+	}
+	switch o.OnFailure {
+	case OnFailureBlock, OnFailureBuffer:
+	default:
+		errs = append(errs, fmt.Errorf("audit.on_failure: %q is not a failure policy; want block or buffer", o.OnFailure))
+	}
+	if o.BufferEvents < 0 {
+		errs = append(errs, fmt.Errorf("audit.buffer_events: %d is negative; want a positive number of events", o.BufferEvents))
+	}
+	return errors.Join(errs...)
+}
+
 // Validate names the option at fault.
 func (o *Options) Validate() error {
 	if o.Path == "" {
 		return fmt.Errorf("audit: path is required")
 	}
-	switch o.Fsync {
-	case FsyncGroup, FsyncAlways, FsyncInterval, FsyncNever:
-	default:
-		return fmt.Errorf("audit: fsync %q: want group, always, interval or never", o.Fsync)
-	}
-	if o.GroupWindow < 0 || o.GroupWindow > time.Second {
-		return fmt.Errorf("audit: group_window %s: want a short positive bound, at most 1s (use fsync: interval for longer)", o.GroupWindow)
-	}
-	if o.FsyncInterval < 0 {
-		return fmt.Errorf("audit: fsync_interval %s: must be positive", o.FsyncInterval)
-	}
-	if o.RotateBytes < 0 {
-		return fmt.Errorf("audit: rotate_bytes %d: must not be negative", o.RotateBytes)
-	}
-	switch o.OnFailure {
-	case OnFailureBlock, OnFailureBuffer:
-	default:
-		return fmt.Errorf("audit: on_failure %q: want block or buffer", o.OnFailure)
-	}
-	if o.BufferEvents < 0 {
-		return fmt.Errorf("audit: buffer_events %d: must be positive", o.BufferEvents)
-	}
-	return nil
+	return o.Check()
 }

@@ -96,6 +96,9 @@ func Verify(paths []string, pub ed25519.PublicKey) (Report, error) {
 // error when the log is broken or unreadable.
 func VerifyAndReport(w io.Writer, opts VerifyOptions) error {
 	r, err := VerifyFiles(opts)
+	if err != nil && !errors.Is(err, ErrBroken) {
+		return err // nothing was verified (a file that cannot be read): no report
+	}
 	if _, werr := r.WriteTo(w); werr != nil && err == nil {
 		err = werr
 	}
@@ -129,6 +132,10 @@ func VerifyFiles(opts VerifyOptions) (Report, error) {
 		}
 	}
 	v.finish()
+	if r.Lines == 0 {
+		r.Breaks = append(r.Breaks, Break{File: files[len(files)-1],
+			Problem: "the log holds no lines, so nothing shows what airlock recorded: a log airlock wrote holds a line per event (and, signed, a checkpoint when it closes); check the path"})
+	}
 	if !r.OK() {
 		return r, fmt.Errorf("%w: %s", ErrBroken, r.Breaks[0])
 	}
@@ -364,6 +371,10 @@ func (r Report) WriteTo(w io.Writer) (int64, error) {
 	switch {
 	case r.Sealed:
 		b.WriteString("sealed: yes, the log ends with the final checkpoint airlock writes when it closes the log\n")
+	case !r.SignaturesChecked && r.Checkpoints == 0:
+		b.WriteString("sealed: does not apply: the log is unsigned (no audit.signing_key_file), and only a signed log ends with the checkpoint that shows airlock closed it\n")
+	case !r.SignaturesChecked:
+		b.WriteString("sealed: not checked (the seal is a signed checkpoint: give --public-key)\n")
 	case r.SignaturesChecked && r.LastSignedSeq > 0 && r.UnsignedTail == 0:
 		fmt.Fprintf(&b, "sealed: no: airlock is still writing the newest file, or stopped without closing it, or lines after seq %d were cut (--require-sealed demands the seal)\n", r.LastSignedSeq)
 	default:

@@ -271,6 +271,9 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	default:
 		creds = dec.Credentials
 	}
+	if dec.CredentialOptional {
+		creds = p.configuredCredentials(creds)
+	}
 	st.creds = creds
 	st.reflects, st.upgrade = dec.MayReflect(), dec.Upgrade
 	st.ev.Creds = creds

@@ -23,6 +23,33 @@ type CredentialSource interface {
 	Attach(ctx context.Context, r secrets.AttachRequest) (secrets.Scrubber, error)
 }
 
+// credentialCatalog is a CredentialSource that says which credentials its config defines
+// (*secrets.Broker); a rule's optional credentials are left out when it does not.
+type credentialCatalog interface {
+	Configured(name string) bool
+}
+
+// configuredCredentials are the names of creds that the credential source defines, for a
+// decision with credential_optional: the others are not configured at all, and the request
+// goes without them (anonymously). A source that cannot say keeps them all, so that an
+// attach failure refuses the request as it would without the option.
+func (p *Proxy) configuredCredentials(creds []string) []string {
+	if p.opts.Credentials == nil {
+		return nil
+	}
+	cat, ok := p.opts.Credentials.(credentialCatalog)
+	if !ok {
+		return creds
+	}
+	var out []string
+	for _, c := range creds {
+		if cat.Configured(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // Approver holds a request until a person or service decides; *approval.Service implements
 // it. An error means no decision could be had (store down): the request is refused.
 type Approver interface {

@@ -79,6 +79,12 @@ func readDecision(v ast.Value) (Decision, error) {
 			default:
 				err = malformed("reflects is %s, want a boolean", ast.ValueName(t.Value))
 			}
+		case "credential_optional":
+			b, ok := t.Value.(ast.Boolean)
+			if !ok {
+				err = malformed("credential_optional is %s, want a boolean", ast.ValueName(t.Value))
+			}
+			d.CredentialOptional = bool(b)
 		case "upgrade":
 			b, ok := t.Value.(ast.Boolean)
 			if !ok {

@@ -2,7 +2,8 @@
 #
 # Hosts in data.hosts.github. Reads (GET, HEAD, and git fetches, which POST to
 # git-upload-pack) are allowed; on hosts marked "authenticated" they carry the credential
-# "github-read". Writes (any other method, a git push, a GraphQL POST, which may be a
+# "github-read" when the proxy's config defines it, and go anonymously when it does not
+# ("credential_optional": public repositories read on a fresh install). Writes (any other method, a git push, a GraphQL POST, which may be a
 # mutation) on authenticated hosts are held for a human ("approve") and carry
 # "github-write" once approved. Other GitHub hosts (archives, raw files, release assets) are
 # read-only. A git push asks twice: for the receive-pack refs and for the pack itself.
@@ -36,6 +37,7 @@ allow contains {
 	"rule": "github.read",
 	"reason": concat("", ["reading from ", input.request.host, " is allowed"]),
 	"credentials": _github_read_credentials(gh),
+	"credential_optional": true,
 	"tunnel": false,
 	"reflects": false,
 } if {

@@ -29,7 +29,15 @@ test_github_reads_carry_read_credential if {
 		d.credentials == ["github-read"]
 		d.reflects == false # GitHub does not echo the token: clones and archives pass unchecked
 		not d.upgrade
+		d.credential_optional # a fresh install, with no github-read configured, reads anonymously
 	}
+}
+
+test_github_write_credential_is_not_optional if {
+	d := airlock.decision with input as request("POST", "api.github.com", "/repos/acme/app/issues")
+	d.action == "approve"
+	d.credentials == ["github-write"]
+	not d.credential_optional
 }
 
 test_git_clone_allowed if {

@@ -55,7 +55,7 @@ func loadDir(fsys fs.FS, dir, source string) (*policySource, error) {
 		return nil, fmt.Errorf("load policy %s: %w", source, err)
 	}
 	if len(res.Modules) == 0 {
-		return nil, fmt.Errorf("load policy %s: no .rego files", source)
+		return nil, fmt.Errorf("load policy %s: no .rego files; want a directory holding .rego files, an OPA bundle (.tar.gz) or a bundle URL", source)
 	}
 	h := sha256.New()
 	names := slices.Sorted(maps.Keys(res.Modules))
@@ -94,7 +94,7 @@ func skipHidden(_ string, info fs.FileInfo, depth int) bool {
 // the revision when the manifest names none.
 func fromBundle(b *bundle.Bundle, raw []byte, source string) (*policySource, error) {
 	if len(b.Modules) == 0 {
-		return nil, fmt.Errorf("load bundle %s: no .rego files", source)
+		return nil, fmt.Errorf("load bundle %s: no .rego files; want a bundle holding the policy's .rego files", source)
 	}
 	modules := make(map[string]*ast.Module, len(b.Modules))
 	for _, m := range b.Modules {

@@ -68,6 +68,11 @@ type Decision struct {
 	Reflects *bool `json:"reflects,omitempty"`
 	// Upgrade allows a request carrying credentials to switch protocols (WebSocket).
 	Upgrade bool `json:"upgrade,omitempty"`
+	// CredentialOptional lets the request go without a credential of Credentials that
+	// this proxy's config does not define at all (a public read, anonymous on a fresh
+	// install; a configured credential upgrades it). A configured credential that cannot
+	// be fetched still refuses the request (503): only an absent one is optional.
+	CredentialOptional bool `json:"credential_optional,omitempty"`
 }
 
 // ApprovalParams are per-rule settings for held requests.

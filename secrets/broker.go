@@ -140,6 +140,13 @@ func (b *Broker) LogValue() slog.Value { return slog.StringValue(b.String()) }
 // Attach sets every named credential on r.Out, replacing whatever the client sent in the same
 // place (and any Proxy-Authorization), and returns a Scrubber for the response (nil when
 // r.Names is empty). On error nothing is set and the error is an *Error.
+// Configured reports whether the config defines the credential name (whether or not it
+// can be fetched now).
+func (b *Broker) Configured(name string) bool {
+	_, ok := b.creds[name]
+	return ok
+}
+
 func (b *Broker) Attach(ctx context.Context, r AttachRequest) (Scrubber, error) {
 	if r.Out == nil {
 		return nil, errors.New("attach: no outbound request")

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Duration is a time.Duration that reads and writes as "10m", "90s" in YAML and JSON.
@@ -24,6 +26,19 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// UnmarshalYAML reads "10m" like UnmarshalText; a value that is no duration is a
+// yaml.TypeError naming its line, value and type, so that decoding goes on and the config
+// loader reports it with the file's other problems.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && d.UnmarshalText([]byte(n.Value)) == nil {
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s into secrets.Duration", n.Line, n.ShortTag())}}
+	}
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: cannot unmarshal %s `%s` into secrets.Duration", n.Line, n.ShortTag(), n.Value)}}
 }
 
 // MarshalText implements encoding.TextMarshaler.
@@ -156,19 +171,22 @@ func ValidateCredentials(creds map[string]CredentialConfig) error {
 		names = append(names, n)
 	}
 	slices.Sort(names)
+	var errs []error
 	for _, n := range names {
 		if !credentialName.MatchString(n) {
-			return fmt.Errorf("credentials.%s: name must be 1-64 letters, digits, '.', '_' or '-'", n)
+			errs = append(errs, fmt.Errorf("credentials.%s: name must be 1-64 letters, digits, '.', '_' or '-'", n))
+			continue
 		}
 		if err := creds[n].Validate(); err != nil {
 			var ke *keyError
 			if errors.As(err, &ke) && ke.key != "" {
-				return fmt.Errorf("credentials.%s.%w", n, err)
+				errs = append(errs, fmt.Errorf("credentials.%s.%w", n, err))
+			} else {
+				errs = append(errs, fmt.Errorf("credentials.%s: %w", n, err))
 			}
-			return fmt.Errorf("credentials.%s: %w", n, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // keyError names the config key at fault, relative to the credential.

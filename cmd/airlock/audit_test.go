@@ -96,3 +96,34 @@ func hashLine(l string) string {
 	sum := sha256.Sum256([]byte(strings.TrimSuffix(l, "\n")))
 	return hex.EncodeToString(sum[:])
 }
+
+// TestAuditVerifyFirstRun: what a new user meets. A file that does not exist is an error
+// and no report (no "OK" before it); an empty file is not OK; a cleanly closed unsigned log
+// is OK and is not called unsealed (an unsigned log has no seal), with what a seal would
+// need said.
+func TestAuditVerifyFirstRun(t *testing.T) {
+	dir := t.TempDir()
+	out, err := runAudit(t, "verify", filepath.Join(dir, "nonexist.jsonl"))
+	if err == nil || out != "" || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing file: err %v, output %q; want the error and no report", err, out)
+	}
+	empty := filepath.Join(dir, "empty.jsonl")
+	os.WriteFile(empty, nil, 0o600)
+	out, err = runAudit(t, "verify", empty)
+	if err == nil || strings.Contains(out, "OK:") || !strings.Contains(out, "BROKEN") || !strings.Contains(out, "the log holds no lines") {
+		t.Errorf("empty file: err %v, output %q; want BROKEN: the log holds no lines", err, out)
+	}
+	path := filepath.Join(dir, "audit.jsonl")
+	s, err := audit.Open(audit.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Record(context.Background(), audit.Event{Kind: "request", SandboxID: "sbx", Decision: "allow"})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runAudit(t, "verify", path)
+	if err != nil || !strings.Contains(out, "OK: chain intact") || strings.Contains(out, "sealed: no") || !strings.Contains(out, "sealed: does not apply: the log is unsigned") {
+		t.Errorf("unsigned closed log: err %v, output:\n%s", err, out)
+	}
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-proxy/airlock/admin"
-	"github.com/airlock-proxy/airlock/rego"
 )
 
 func newProxyCmd() *cobra.Command {
@@ -43,30 +42,26 @@ approvals API and page; never expose it to sandboxes. SIGHUP reloads the policy.
 			if err != nil {
 				return err
 			}
-			log := newLogger(cfg, os.Stderr)
 			if f.check {
-				return checkConfig(cmd.Context(), cfg, log, cmd)
+				return checkConfig(cmd.Context(), cfg, cmd)
 			}
-			return runProxy(cmd.Context(), cfg, log)
+			return runProxy(cmd.Context(), cfg, newLogger(cfg, os.Stderr))
 		},
 	}
 	f.bindProxy(cmd)
 	return cmd
 }
 
-func checkConfig(ctx context.Context, cfg *Config, log *slog.Logger, cmd *cobra.Command) error {
-	eng, err := rego.New(ctx, policyOptions(cfg, log))
+// checkConfig is --check: preflight, the checks start-up runs short of writing, binding
+// and serving, with every problem reported. Its output is for a person: the policy's
+// messages below warnings are left out.
+func checkConfig(ctx context.Context, cfg *Config, cmd *cobra.Command) error {
+	quiet := *cfg
+	quiet.Log.Level = "warn"
+	quiet.Log.Format = "text"
+	eng, err := preflight(ctx, cfg, newLogger(&quiet, cmd.ErrOrStderr()))
 	if err != nil {
-		return fmt.Errorf("policy: %w", err)
-	}
-	if _, err := loadOrInitCA(cfg, log); err != nil {
-		return err
-	}
-	if _, err := tokenOptions(cfg.Proxy, nil); err != nil {
-		return err
-	}
-	if _, err := loadIssuers(cfg.Proxy.Issuers); err != nil {
-		return err
+		return cfg.src.locate(err)
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "config OK; policy %s revision %s\n", eng.Status().Source, eng.Revision())
 	return nil
@@ -86,13 +81,13 @@ func runProxy(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	for _, addr := range cfg.Listen {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return fmt.Errorf("listen: %w", err)
+			return fmt.Errorf("listen %s: %w", addr, err)
 		}
 		lns = append(lns, ln)
 	}
 	adminLn, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
-		return fmt.Errorf("admin_listen: %w", err)
+		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
 	}
 	s.proxy.AddSelf(adminLn.Addr())
 	adminSrv := admin.NewServer(s.adminHandler(), admin.ServerLimits{})

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -181,14 +182,14 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	if cmd.Flags().Changed("timeout") {
 		o.Timeout = sf.timeout
 	}
-	mem := cfg.Sandbox.Memory
+	mem, memKey := cfg.Sandbox.Memory, "sandbox.memory"
 	if sf.memory != "" {
-		mem = sf.memory
+		mem, memKey = sf.memory, "--memory"
 	}
 	if mem != "" {
-		n, err := sandbox.ParseSize(mem)
+		n, err := parseMemory(mem)
 		if err != nil {
-			return fmt.Errorf("--memory: %w", err)
+			return fmt.Errorf("%s: %w", memKey, err)
 		}
 		o.Memory = n
 	}
@@ -202,7 +203,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return err
 	}
 	if sf.workspace != "" {
-		dir, mode, err := sandbox.ParseWorkspace(sf.workspace)
+		dir, mode, err := parseWorkspace(sf.workspace)
 		if err != nil {
 			return fmt.Errorf("--workspace: %w", err)
 		}
@@ -383,6 +384,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	if res.TimedOut {
 		fmt.Fprintf(os.Stderr, "airlock: sandbox %s timed out after %s; its processes were killed\n", sb.ID(), o.Timeout)
 	}
+	sayOOM(os.Stderr, sb.ID(), res, o.Memory)
 	if res.ExitCode != 0 {
 		return exitCode(res.ExitCode)
 	}
@@ -399,6 +401,52 @@ func runCommand(ctx context.Context, sb *sandbox.Sandbox, cmd sandbox.Command, t
 	}
 	cmd.TTY = t
 	return sb.Run(ctx, cmd)
+}
+
+// sayOOM says on w that the kernel killed a process of the sandbox for want of memory:
+// the exit status alone (137, SIGKILL) does not say why.
+func sayOOM(w io.Writer, id string, res sandbox.Result, limit int64) {
+	if !res.Usage.OOMKilled {
+		return
+	}
+	lim := "its memory limit"
+	if limit > 0 {
+		lim = fmt.Sprintf("its memory limit of %s", formatSize(limit))
+	}
+	fmt.Fprintf(w, "airlock: sandbox %s ran out of memory: the kernel killed a process at %s (exit status %d); raise it with --memory or sandbox.memory\n",
+		id, lim, res.ExitCode)
+}
+
+// formatSize writes n bytes as the --memory flag takes it (512M, 2G).
+func formatSize(n int64) string {
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"G", 1 << 30}, {"M", 1 << 20}, {"k", 1 << 10}} {
+		if n >= u.m && n%u.m == 0 {
+			return fmt.Sprintf("%d%s", n/u.m, u.s)
+		}
+	}
+	if n >= 1<<20 {
+		return fmt.Sprintf("%.1fM", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// parseWorkspace reads --workspace DIR[:ro|:cow]; a suffix that is no mode is refused
+// (naming the modes) unless a directory of that whole name exists.
+func parseWorkspace(s string) (string, sandbox.WorkspaceMode, error) {
+	dir, mode, err := sandbox.ParseWorkspace(s)
+	if err != nil {
+		return "", "", err
+	}
+	if i := strings.LastIndexByte(dir, ':'); i >= 0 && dir == s {
+		suffix := dir[i+1:]
+		if _, serr := os.Stat(dir); serr != nil && suffix != "" && !strings.ContainsRune(suffix, '/') {
+			return "", "", fmt.Errorf("%q: unknown mode %q; want DIR (read-write), DIR:ro (read-only) or DIR:cow (copy-on-write)", s, suffix)
+		}
+	}
+	return dir, mode, nil
 }
 
 // configFile is the --config flag's file, "" when none.

@@ -201,7 +201,7 @@ func newApprovalsCmd() *cobra.Command {
 		Use:   "approvals",
 		Short: "List and decide requests held for approval (talks to the admin API)",
 		Example: `  airlock approvals list --token-file ~/.airlock-approver
-  airlock approvals approve 01J... --comment "ok, release notes only"`,
+  airlock approvals approve apr-46fe60a07e229987aa316732 --comment "ok, release notes only"`,
 	}
 	cmd.PersistentFlags().StringVar(&addr, "admin", "http://127.0.0.1:9090", "admin API base URL")
 	cmd.PersistentFlags().StringVar(&tokenFile, "token-file", "", "file with your approver token (or $AIRLOCK_APPROVER_TOKEN)")
@@ -277,7 +277,7 @@ func newApprovalsCmd() *cobra.Command {
 	decide := func(verb string) *cobra.Command {
 		c := &cobra.Command{
 			Use: verb + " ID", Short: verb + " a held request", Args: cobra.ExactArgs(1),
-			Example: "  airlock approvals " + verb + ` 01J... --comment "reason"`,
+			Example: "  airlock approvals list\n  airlock approvals " + verb + ` apr-46fe60a07e229987aa316732 --comment "reason"`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				cl, err := client()
 				if err != nil {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -48,6 +50,10 @@ type Config struct {
 	Approvals         approval.Config                     `yaml:"approvals"`
 	Proxy             ProxyConfig                         `yaml:"proxy"`
 	Sandbox           SandboxConfig                       `yaml:"sandbox"`
+
+	// src locates the keys of the file the config was read from (and the flags that
+	// set keys), for errors found after loading; nil: none.
+	src *keyLines
 }
 
 // ProxyConfig is about the per-sandbox proxy credentials the proxy issues.
@@ -192,68 +198,90 @@ type UpstreamProxyAuth struct {
 	Credential string `yaml:"credential"`
 }
 
+// Validate reports every problem it finds, each naming the key at fault (errors.Join).
 func (c *Config) Validate() error {
+	var errs []error
 	if c.UpstreamProxy != "" && c.UpstreamProxy != "none" {
 		if _, err := proxy.ParseParentURL(c.UpstreamProxy); err != nil {
-			return fmt.Errorf("upstream_proxy: %w", err)
+			errs = append(errs, fmt.Errorf("upstream_proxy: %w", err))
 		}
 	}
 	if a := c.UpstreamProxyAuth; (a.Env != "") && (a.File != "") || (a.Credential != "" && (a.Env != "" || a.File != "")) {
-		return fmt.Errorf("upstream_proxy_auth: set one of env, file or credential")
+		errs = append(errs, fmt.Errorf("upstream_proxy_auth: set one of env, file or credential"))
 	}
 	if n := c.UpstreamProxyAuth.Credential; n != "" {
 		if _, ok := c.Credentials[n]; !ok {
-			return fmt.Errorf("upstream_proxy_auth.credential: %q is not in credentials", n)
+			errs = append(errs, fmt.Errorf("upstream_proxy_auth.credential: %q is not in credentials", n))
 		}
 	}
-	for _, s := range c.AllowPrivate {
+	for i, s := range c.AllowPrivate {
 		if _, err := parsePrefix(s); err != nil {
-			return fmt.Errorf("allow_private: %w", err)
+			errs = append(errs, fmt.Errorf("allow_private[%d]: %w", i, err))
 		}
+	}
+	for i, a := range c.Listen {
+		if err := checkListenAddr(a); err != nil {
+			errs = append(errs, fmt.Errorf("listen[%d]: %w", i, err))
+		}
+	}
+	if err := checkListenAddr(c.AdminListen); err != nil {
+		errs = append(errs, fmt.Errorf("admin_listen: %w", err))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		return fmt.Errorf("log.level: %q: want debug, info, warn or error", c.Log.Level)
+		errs = append(errs, fmt.Errorf("log.level: %q is not a level; want debug, info, warn or error", c.Log.Level))
 	}
 	switch c.Log.Format {
 	case "json", "text":
 	default:
-		return fmt.Errorf("log.format: %q: want json or text", c.Log.Format)
+		errs = append(errs, fmt.Errorf("log.format: %q is not a format; want json or text", c.Log.Format))
 	}
 	switch c.Sandbox.Backend {
 	case "native", "docker", "kubernetes":
 	default:
-		return fmt.Errorf("sandbox.backend: %q: want native, docker or kubernetes", c.Sandbox.Backend)
-	}
-	if err := c.Proxy.validate(); err != nil {
-		return err
+		errs = append(errs, fmt.Errorf("sandbox.backend: %q is not a backend; want native, docker or kubernetes", c.Sandbox.Backend))
 	}
 	switch {
 	case c.Audit.RefusalBurst < 0:
-		return fmt.Errorf("audit.refusal_burst: must not be negative, got %d", c.Audit.RefusalBurst)
+		errs = append(errs, fmt.Errorf("audit.refusal_burst: must not be negative, got %d", c.Audit.RefusalBurst))
 	case c.Audit.RefusalInterval < 0:
-		return fmt.Errorf("audit.refusal_interval: must not be negative, got %s", c.Audit.RefusalInterval)
+		errs = append(errs, fmt.Errorf("audit.refusal_interval: must not be negative, got %s", c.Audit.RefusalInterval))
 	case c.Audit.RefusalSummary < 0:
-		return fmt.Errorf("audit.refusal_summary: must not be negative, got %s", c.Audit.RefusalSummary)
+		errs = append(errs, fmt.Errorf("audit.refusal_summary: must not be negative, got %s", c.Audit.RefusalSummary))
 	}
-	if err := c.Admin.validate(); err != nil {
-		return err
+	if c.AuditLog != "-" {
+		o := c.auditOptions(nil)
+		errs = append(errs, o.Check())
 	}
-	if err := c.validatePolicy(); err != nil {
-		return err
-	}
-	if err := c.Sandbox.validate(); err != nil {
-		return err
-	}
+	errs = append(errs, c.Proxy.validate(), c.Admin.validate(), c.validatePolicy(), c.Sandbox.validate())
 	if err := c.Approvals.Validate(); err != nil {
-		return prefixKey("approvals", err)
+		for _, e := range leaves(err) {
+			errs = append(errs, prefixKey("approvals", e))
+		}
 	}
 	if err := c.Vault.Validate(); err != nil {
-		return prefixKey("vault", err)
+		errs = append(errs, prefixKey("vault", err))
 	}
-	if err := secrets.ValidateCredentials(c.Credentials); err != nil {
-		return err
+	errs = append(errs, secrets.ValidateCredentials(c.Credentials))
+	return errors.Join(errs...)
+}
+
+// checkListenAddr checks a listen address as net.Listen will take it, so that a bad one is
+// reported with the config's other problems (and by --check) rather than at start.
+func checkListenAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not an address; want HOST:PORT such as 127.0.0.1:3128", addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: port %s is out of range; want HOST:PORT with a port from 1 to 65535 (0: any free port)", addr, port)
+	}
+	if host != "" && !hostName.MatchString(host) {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: %q is neither an IP address nor a host name; want HOST:PORT such as 127.0.0.1:3128", addr, host)
+		}
 	}
 	return nil
 }
@@ -279,122 +307,35 @@ func parsePrefix(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
-// configError is a config problem located in its file.
-type configError struct {
-	file string
-	line int
-	err  error
-}
-
-func (e *configError) Error() string {
-	if e.line > 0 {
-		return fmt.Sprintf("%s:%d: %v", e.file, e.line, e.err)
-	}
-	return fmt.Sprintf("%s: %v", e.file, e.err)
-}
-
-func (e *configError) Unwrap() error { return e.err }
-
-// loadConfig reads path (if not "") strictly: unknown keys are errors with their line.
-func loadConfig(path string) (*Config, *keyLines, error) {
-	c := &Config{}
-	kl := &keyLines{}
+// loadConfig reads path (if not "") strictly. Problems of the file itself (unknown keys,
+// values of the wrong type) come back as problems, every one of them, with the config
+// decoded as far as it could be; err is a file that cannot be read or parsed at all.
+func loadConfig(path string) (c *Config, kl *keyLines, problems []error, err error) {
+	c = &Config{}
+	kl = &keyLines{}
 	if path == "" {
-		return c, kl, nil
+		return c, kl, nil, nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read config: %w", err)
-	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(b, &root); err != nil {
-		return nil, nil, yamlError(path, err)
+		return nil, nil, nil, fmt.Errorf("read config: %w", err)
 	}
 	kl.file = path
-	kl.walk(&root, "")
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, nil, nil, configErrors(kl.decodeErrors(err))
+	}
+	kl.walk(&root, "", reflect.TypeFor[Config]())
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, yamlError(path, err)
-	}
-	return c, kl, nil
-}
-
-var (
-	yamlLineRE    = regexp.MustCompile(`^line (\d+): (.*)$`)
-	yamlUnknownRE = regexp.MustCompile(`field (\S+) not found in type \S+`)
-	yamlTypeRE    = regexp.MustCompile(`cannot unmarshal !!\w+ (.*) into (\S+)`)
-)
-
-// yamlError rewrites yaml.v3's errors as "file:line: what is wrong", one per line.
-func yamlError(file string, err error) error {
-	var msgs []string
-	if te, ok := err.(*yaml.TypeError); ok {
-		msgs = te.Errors
-	} else {
-		msgs = []string{strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	var out []string
-	for _, m := range msgs {
-		line := 0
-		if sm := yamlLineRE.FindStringSubmatch(m); sm != nil {
-			line, _ = strconv.Atoi(sm[1])
-			m = sm[2]
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, nil, nil, configErrors(kl.decodeErrors(err))
 		}
-		m = yamlUnknownRE.ReplaceAllString(m, "unknown key $1")
-		m = yamlTypeRE.ReplaceAllString(m, "$1 is not a valid $2")
-		out = append(out, (&configError{file: file, line: line, err: errors.New(m)}).Error())
+		problems = kl.decodeErrors(te)
 	}
-	return errors.New(strings.Join(out, "\n"))
-}
-
-// keyLines maps dotted key paths of the config file to their lines, so that errors from
-// Validate can say where the key is.
-type keyLines struct {
-	file  string
-	lines map[string]int
-}
-
-func (k *keyLines) walk(n *yaml.Node, prefix string) {
-	if k.lines == nil {
-		k.lines = map[string]int{}
-	}
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			k.walk(c, prefix)
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
-			if prefix != "" {
-				key = prefix + "." + key
-			}
-			k.lines[key] = n.Content[i].Line
-			k.walk(n.Content[i+1], key)
-		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			key := fmt.Sprintf("%s[%d]", prefix, i)
-			k.lines[key] = c.Line
-			k.walk(c, key)
-		}
-	}
-}
-
-// locate wraps err with the file and line of the longest key path its message starts with.
-func (k *keyLines) locate(err error) error {
-	if err == nil || k == nil || k.file == "" {
-		return err
-	}
-	msg := err.Error()
-	best, line := "", 0
-	for key, l := range k.lines {
-		if len(key) > len(best) && strings.HasPrefix(msg, key) && (len(msg) == len(key) || strings.ContainsRune(":. [", rune(msg[len(key)]))) {
-			best, line = key, l
-		}
-	}
-	return &configError{file: k.file, line: line, err: err}
+	return c, kl, problems, nil
 }
 
 // maxRevocationCache bounds proxy.revocation_cache: a revoked credential must not work for
@@ -402,47 +343,55 @@ func (k *keyLines) locate(err error) error {
 const maxRevocationCache = 10 * time.Second
 
 func (p ProxyConfig) validate() error {
+	var errs []error
 	if p.TokenTTL < 0 {
-		return fmt.Errorf("proxy.token_ttl: must not be negative, got %s", p.TokenTTL)
+		errs = append(errs, fmt.Errorf("proxy.token_ttl: %s is negative; want a positive duration such as 24h", p.TokenTTL))
 	}
 	if p.RevocationCache < 0 || p.RevocationCache > maxRevocationCache {
-		return fmt.Errorf("proxy.revocation_cache: want 0 (default 1s) up to %s, got %s", maxRevocationCache, p.RevocationCache)
+		errs = append(errs, fmt.Errorf("proxy.revocation_cache: %s is out of range; want 0 (default 1s) up to %s", p.RevocationCache, maxRevocationCache))
 	}
 	seen := map[string]bool{}
 	for i, is := range p.Issuers {
 		key := fmt.Sprintf("proxy.issuers[%d]", i)
 		switch {
 		case is.Name == "":
-			return fmt.Errorf("%s.name: required", key)
+			errs = append(errs, fmt.Errorf("%s.name: missing; want the issuer's name", key))
 		case seen[is.Name]:
-			return fmt.Errorf("%s.name: %q is listed twice", key, is.Name)
-		case is.TokenFile == "":
-			return fmt.Errorf("%s.token_file: required", key)
+			errs = append(errs, fmt.Errorf("%s.name: %q is listed twice; want each issuer once", key, is.Name))
+		}
+		if is.TokenFile == "" {
+			errs = append(errs, fmt.Errorf("%s.token_file: missing; want the file holding the issuer's token", key))
 		}
 		seen[is.Name] = true
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // hostName is a DNS name (labels of letters, digits and '-'), optionally ending in '.'.
 var hostName = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$`)
 
 func (a AdminConfig) validate() error {
+	var errs []error
 	for i, h := range a.Hosts {
 		if !hostName.MatchString(h) || len(h) > 253 {
-			return fmt.Errorf("admin.hosts[%d]: %q: want a host name such as airlock-admin.airlock.svc (no scheme, port, path or wildcard)", i, h)
+			errs = append(errs, fmt.Errorf("admin.hosts[%d]: %q is not a host name; want one such as airlock-admin.airlock.svc (no scheme, port, path or wildcard)", i, h))
 		}
 	}
 	if a.MaxBodyBytes < 0 {
-		return fmt.Errorf("admin.max_body_bytes: must not be negative, got %d", a.MaxBodyBytes)
+		errs = append(errs, fmt.Errorf("admin.max_body_bytes: %d is negative; want a size in bytes (default 1048576)", a.MaxBodyBytes))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // validatePolicy refuses what rego.New would, naming the keys: an unsigned bundle over
 // plain http without the opt-in, and negative bounds.
 func (c *Config) validatePolicy() error {
 	p := c.PolicyConfig
+	lower := strings.ToLower(c.Policy)
+	isURL := strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://")
+	if fi, err := os.Stat(c.Policy); c.Policy != "" && !isURL && err == nil && !fi.IsDir() && !strings.HasSuffix(lower, ".tar.gz") && !strings.HasSuffix(lower, ".tgz") {
+		return fmt.Errorf("policy: %s is a file, not a policy; want a directory holding .rego files, an OPA bundle (.tar.gz) or a bundle URL", c.Policy)
+	}
 	switch {
 	case p.MaxBundleBytes < 0:
 		return fmt.Errorf("policy_options.max_bundle_bytes: must not be negative, got %d", p.MaxBundleBytes)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"time"
@@ -91,15 +92,18 @@ type KubernetesConfig struct {
 }
 
 func (c SandboxConfig) validate() error {
-	for _, p := range c.ProtectedPaths {
+	var errs []error
+	for i, p := range c.ProtectedPaths {
 		if err := sandbox.CheckProtectedPath(p); err != nil {
-			return fmt.Errorf("sandbox.protected_paths: %w", err)
+			errs = append(errs, fmt.Errorf("sandbox.protected_paths[%d]: %w", i, err))
 		}
 	}
-	if err := c.Kubernetes.validate(); err != nil {
-		return err
+	if c.Memory != "" {
+		if _, err := parseMemory(c.Memory); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox.memory: %w", err))
+		}
 	}
-	return c.Docker.validate()
+	return errors.Join(append(errs, c.Kubernetes.validate(), c.Docker.validate())...)
 }
 
 func (k KubernetesConfig) validate() error {
@@ -130,4 +134,20 @@ func validateRemoteProxy(section, admin string, port int) error {
 		return fmt.Errorf("%s.proxy_port: %d is not a port", section, port)
 	}
 	return nil
+}
+
+// minMemory is the smallest memory limit taken: below it not even a shell starts, and a
+// bare number counts bytes (--memory 1 is one byte, not a gigabyte).
+const minMemory = 16 << 20
+
+// parseMemory reads a memory limit (--memory, sandbox.memory).
+func parseMemory(s string) (int64, error) {
+	n, err := sandbox.ParseSize(s)
+	if err != nil {
+		return 0, err
+	}
+	if n < minMemory {
+		return 0, fmt.Errorf("%q is %d bytes, below the minimum of 16M (a number without a unit counts bytes); want a size such as 512M or 2G", s, n)
+	}
+	return n, nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 )
 
@@ -39,9 +41,18 @@ func (f *proxyFlags) bindProxy(cmd *cobra.Command) {
 	fl.BoolVar(&f.check, "check", false, "validate the config and policy, then exit")
 }
 
-// load reads the config file and applies the flags that were set, then defaults.
+// flagKeys are the config keys a flag sets; an error about the key names the flag when
+// the flag set it.
+var flagKeys = map[string]string{
+	"policy": "policy", "allow-private": "allow_private", "upstream-ca": "upstream_ca", "audit-log": "audit_log",
+	"report-only": "report_only", "listen": "listen", "admin-listen": "admin_listen", "require-auth": "require_auth",
+}
+
+// load reads the config file and applies the flags that were set, then defaults, and
+// validates the result. It reports every problem at once (configErrors): those of the file
+// (unknown keys, values of the wrong type) and those Validate and checkSecretFiles find.
 func (f *proxyFlags) load(cmd *cobra.Command) (*Config, *keyLines, error) {
-	cfg, kl, err := loadConfig(f.config)
+	cfg, kl, decoded, err := loadConfig(f.config)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -70,12 +81,21 @@ func (f *proxyFlags) load(cmd *cobra.Command) (*Config, *keyLines, error) {
 	if ch("require-auth") {
 		cfg.RequireAuth = f.requireAuth
 	}
+	kl.flags = map[string]string{}
+	for flag, key := range flagKeys {
+		if ch(flag) {
+			kl.flags[key] = "--" + flag
+		}
+	}
 	cfg.defaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, nil, kl.locate(err)
+	validated := leaves(cfg.Validate())
+	if len(validated) == 0 {
+		validated = leaves(checkSecretFiles(cfg.secretFiles()))
 	}
-	if err := checkSecretFiles(cfg.secretFiles()); err != nil {
-		return nil, nil, kl.locate(err)
+	problems := append(decoded, dropShadowed(decoded, validated)...)
+	if len(problems) > 0 {
+		return nil, nil, kl.locate(errors.Join(problems...))
 	}
+	cfg.src = kl
 	return cfg, kl, nil
 }

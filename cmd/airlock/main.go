@@ -38,7 +38,10 @@ func main() {
 	case err != nil:
 		// Errors may carry a sandbox's bytes (file names, its messages): quoted, so that
 		// they can neither act on the terminal nor forge a line.
-		fmt.Fprintln(os.Stderr, "airlock:", termsafe.Text(errorText(err)))
+		// A config's problems are reported all at once, one line each.
+		for _, line := range errorLines(err) {
+			fmt.Fprintln(os.Stderr, "airlock:", termsafe.Text(redact.Text(line)))
+		}
 		os.Exit(1)
 	}
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newRoot() *cobra.Command {
@@ -22,5 +25,18 @@ sandbox never sees them), held for approval when the policy says so, and recorde
 	}
 	root.AddCommand(newProxyCmd(), newPolicyCmd(), newCACmd(), newAuditCmd(), newApprovalsCmd())
 	addSandboxCmd(root)
+	useFlagUsages(root)
 	return root
+}
+
+// useFlagUsages makes help list a bool flag as --name, as it is used, not as pflag writes
+// it (--name[=true|false]); the columns stay aligned.
+func useFlagUsages(root *cobra.Command) {
+	cobra.AddTemplateFunc("flagUsages", func(fs *pflag.FlagSet) string {
+		return strings.ReplaceAll(fs.FlagUsages(), "[=true|false]", strings.Repeat(" ", len("[=true|false]")))
+	})
+	t := root.UsageTemplate()
+	t = strings.ReplaceAll(t, "{{.LocalFlags.FlagUsages", "{{flagUsages .LocalFlags")
+	t = strings.ReplaceAll(t, "{{.InheritedFlags.FlagUsages", "{{flagUsages .InheritedFlags")
+	root.SetUsageTemplate(t)
 }

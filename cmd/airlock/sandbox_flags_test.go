@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/airlock-proxy/airlock/sandbox"
 )
 
 // TestSandboxRunRefusesMeaninglessLimits: a limit given on the command line is either
@@ -29,6 +31,10 @@ func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 		{[]string{"--id", ""}, "--id: invalid sandbox id: empty"},
 		{[]string{"--id", "default"}, "--id: invalid sandbox id \"default\""},
 		{[]string{"--memory", "-5M"}, "--memory"},
+		// A number without a unit counts bytes: far too little to start a shell.
+		{[]string{"--memory", "1"}, `--memory: "1" is 1 bytes, below the minimum of 16M (a number without a unit counts bytes); want a size such as 512M or 2G`},
+		{[]string{"--workspace", ".:xyz"}, `--workspace: ".:xyz": unknown mode "xyz"; want DIR (read-write), DIR:ro (read-only) or DIR:cow (copy-on-write)`},
+		{[]string{"--policy", cfg}, "--policy: " + cfg + " is a file, not a policy; want a directory holding .rego files, an OPA bundle (.tar.gz) or a bundle URL"},
 		{[]string{"--patch", "p.diff"}, "--patch needs a copy-on-write workspace"},
 		{[]string{"--patch", "p.diff", "--workspace", "."}, "--patch needs a copy-on-write workspace"},
 		// Checked before the command runs, not after.
@@ -53,5 +59,21 @@ func TestSandboxRunRefusesMeaninglessLimits(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("sandbox run %s: %v, want an error naming %q", strings.Join(tt.flags, " "), err, tt.want)
 		}
+	}
+}
+
+// TestOOMIsSaid: a command the kernel killed for want of memory gets a line from airlock
+// naming the limit and how to raise it (the status alone, 137, does not say why).
+func TestOOMIsSaid(t *testing.T) {
+	var b strings.Builder
+	sayOOM(&b, "sbx-1", sandbox.Result{ExitCode: 137, Usage: sandbox.Usage{OOMKilled: true}}, 64<<20)
+	want := "airlock: sandbox sbx-1 ran out of memory: the kernel killed a process at its memory limit of 64M (exit status 137); raise it with --memory or sandbox.memory\n"
+	if b.String() != want {
+		t.Errorf("got %q\nwant %q", b.String(), want)
+	}
+	b.Reset()
+	sayOOM(&b, "sbx-1", sandbox.Result{ExitCode: 137, Signal: "SIGKILL"}, 64<<20)
+	if b.Len() != 0 {
+		t.Errorf("a kill that was not the OOM killer's: %q, want nothing", b.String())
 	}
 }

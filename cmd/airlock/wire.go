@@ -69,6 +69,16 @@ func policyOptions(cfg *Config, log *slog.Logger) rego.Options {
 	return o
 }
 
+// auditOptions are the audit sink's options from the config.
+func (c *Config) auditOptions(log *slog.Logger) audit.Options {
+	return audit.Options{
+		Path: c.AuditLog, Fsync: c.Audit.Fsync, GroupWindow: c.Audit.GroupWindow, FsyncInterval: c.Audit.FsyncInterval,
+		RotateBytes: c.Audit.RotateBytes, SigningKeyFile: c.Audit.SigningKeyFile,
+		CheckpointEvents: c.Audit.CheckpointEvents, CheckpointInterval: c.Audit.CheckpointInterval,
+		OnFailure: c.Audit.OnFailure, BufferEvents: c.Audit.BufferEvents, Logger: log,
+	}
+}
+
 // build makes every part; on error, what was made is closed.
 func build(ctx context.Context, cfg *Config, log *slog.Logger) (*stack, error) {
 	return buildWith(ctx, cfg, log, &auditFanout{})
@@ -92,21 +102,16 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	if err != nil {
 		return nil, err
 	}
-	s.engine, err = rego.New(ctx, policyOptions(cfg, log))
+	s.engine, err = preflight(ctx, cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, cfg.src.locate(err)
 	}
 	var auditor proxy.Auditor
 	if cfg.AuditLog != "-" {
 		if err := os.MkdirAll(filepath.Dir(cfg.AuditLog), 0o700); err != nil {
 			return nil, fmt.Errorf("audit_log: %w", err)
 		}
-		s.audit, err = audit.Open(audit.Options{
-			Path: cfg.AuditLog, Fsync: cfg.Audit.Fsync, GroupWindow: cfg.Audit.GroupWindow, FsyncInterval: cfg.Audit.FsyncInterval,
-			RotateBytes: cfg.Audit.RotateBytes, SigningKeyFile: cfg.Audit.SigningKeyFile,
-			CheckpointEvents: cfg.Audit.CheckpointEvents, CheckpointInterval: cfg.Audit.CheckpointInterval,
-			OnFailure: cfg.Audit.OnFailure, BufferEvents: cfg.Audit.BufferEvents, Logger: log,
-		})
+		s.audit, err = audit.Open(cfg.auditOptions(log))
 		if err != nil {
 			return nil, fmt.Errorf("audit_log: %w", err)
 		}

@@ -30,18 +30,26 @@ type Set struct {
 // Load reads each entry's file (surrounding white space is dropped). An error names the
 // entry's config key: key[i].token_file, key being where the list sits in the config
 // (e.g. "approvals.approvers").
+//
+// Every entry is read; the error reports each that failed (errors.Join).
 func Load(key string, entries []Entry) (*Set, error) {
 	s := &Set{}
+	var errs []error
 	for i, e := range entries {
 		b, err := os.ReadFile(e.File)
 		if err != nil {
-			return nil, fmt.Errorf("%s[%d].token_file: %w", key, i, err)
+			errs = append(errs, fmt.Errorf("%s[%d].token_file: %w; want a readable file holding a token of at least %d characters", key, i, err, MinLen))
+			continue
 		}
 		tok := strings.TrimSpace(string(b))
 		if len(tok) < MinLen {
-			return nil, fmt.Errorf("%s[%d].token_file: %s holds a token shorter than %d characters", key, i, e.File, MinLen)
+			errs = append(errs, fmt.Errorf("%s[%d].token_file: %s holds a token of %d characters; want at least %d (e.g. head -c 24 /dev/urandom | base64 > %s)", key, i, e.File, len(tok), MinLen, e.File))
+			continue
 		}
 		s.Add(e.Name, tok)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return s, nil
 }

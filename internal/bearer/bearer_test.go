@@ -26,8 +26,13 @@ func TestLoadAndAuthenticate(t *testing.T) {
 			t.Errorf("Authenticate(%q) accepted", tok)
 		}
 	}
-	if _, err := Load("k", []Entry{{Name: "a", File: good}, {Name: "b", File: short}}); err == nil || !strings.HasPrefix(err.Error(), "k[1].token_file: ") || !strings.Contains(err.Error(), "shorter") {
+	if _, err := Load("k", []Entry{{Name: "a", File: good}, {Name: "b", File: short}}); err == nil || !strings.HasPrefix(err.Error(), "k[1].token_file: ") || !strings.Contains(err.Error(), "want at least 16") {
 		t.Errorf("Load with a short token: %v, want an error naming k[1].token_file", err)
+	}
+	// Every bad entry is reported, not only the first.
+	_, err = Load("k", []Entry{{Name: "a", File: short}, {Name: "b", File: good}, {Name: "c", File: filepath.Join(dir, "none")}})
+	if err == nil || !strings.Contains(err.Error(), "k[0].token_file: ") || !strings.Contains(err.Error(), "k[2].token_file: ") {
+		t.Errorf("Load with two bad entries: %v, want both named", err)
 	}
 	if _, err := Load("k", []Entry{{Name: "a", File: filepath.Join(dir, "none")}}); !errors.Is(err, os.ErrNotExist) || !strings.HasPrefix(err.Error(), "k[0].token_file: ") {
 		t.Errorf("Load with a missing file: %v, want an error naming k[0].token_file", err)
