@@ -149,9 +149,9 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, eio Exec
 }
 
 // run decides, holds if need be, and runs the command; it fills in res's outcome.
-func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duration, stdin io.Reader, out *execOutput, res *ExecResult) ExecResult {
+func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duration, stdin io.Reader, out *execOutput, res *ExecResult) (r ExecResult) {
 	m := s.m
-	r := *res
+	r = *res
 	r.State = "done"
 	start := time.Now()
 	defer func() { r.DurationMS = float64(time.Since(start)) / float64(time.Millisecond) }()

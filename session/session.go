@@ -130,8 +130,12 @@ type Options struct {
 	MaxFileBytes             int64
 	// SweepInterval is how often ttl and idle timeouts are checked; default 1s.
 	SweepInterval time.Duration
-	Logger        *slog.Logger
-	Now           func() time.Time
+	// Started and Ended are told of each session's sandbox (for the report's request
+	// counts); either may be nil.
+	Started func(*sandbox.Sandbox)
+	Ended   func(id string)
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Manager owns the sessions of this airlock process.
@@ -279,6 +283,9 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 		m.reg.release(o.ID)
 		release()
 		return Info{}, err
+	}
+	if m.opts.Started != nil {
+		m.opts.Started(sb)
 	}
 	now := m.opts.Now()
 	s := &Session{m: m, id: sb.ID(), spec: spec, sb: sb, backend: backendName, created: now,
@@ -572,6 +579,9 @@ func (s *Session) end(ctx context.Context, reason string) (sandbox.Report, error
 		}
 		m.mu.Unlock()
 		m.reg.release(s.id)
+		if m.opts.Ended != nil {
+			m.opts.Ended(s.id)
+		}
 		m.log.Info("sandbox session ended", "sandbox", s.id, "reason", reason, "err", err)
 		close(s.endDone)
 	})

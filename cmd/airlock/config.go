@@ -42,6 +42,7 @@ type Config struct {
 	Approvals    approval.Config                     `yaml:"approvals"`
 	Proxy        ProxyConfig                         `yaml:"proxy"`
 	Sandbox      SandboxConfig                       `yaml:"sandbox"`
+	Sessions     SessionsConfig                      `yaml:"sessions"` // sandbox sessions served by airlock proxy
 }
 
 // ProxyConfig is about the per-sandbox proxy credentials the proxy issues.
@@ -199,6 +200,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Sandbox.validate(); err != nil {
+		return err
+	}
+	if err := c.Sessions.validate(); err != nil {
 		return err
 	}
 	if err := c.Approvals.Validate(); err != nil {
