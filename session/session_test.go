@@ -248,7 +248,7 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 	// Every exec is an audit event with its command, status and exec id.
 	evs := e.aud.execs()
-	if len(evs) != 4 || evs[0].Command[0] != "sh" || evs[2].Status != 3 || evs[0].ExecID == "" || evs[0].Labels["task"] != "t1" {
+	if len(evs) != 4 || evs[0].Command[0] != "sh" || evs[2].Status != 3 || evs[0].ExecID == "" || evs[0].Labels["task"] != "t1" || evs[0].DurationMS <= 0 || evs[0].BytesIn != 7 {
 		t.Errorf("audit: %+v", evs)
 	}
 	if _, err := os.Stat(filepath.Join(e.dir, "sessions", info.ID+".json")); !os.IsNotExist(err) {
