@@ -91,7 +91,7 @@ func (h *tokenAPI) requireIssuer(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "this API (sandbox credentials and sessions) needs an issuer token: Authorization: Bearer TOKEN, with TOKEN from one of proxy.issuers")
 			return
 		case h.issuers.Len() == 0:
-			writeError(w, http.StatusForbidden, "no issuers are configured (proxy.issuers), so no token may issue sandbox credentials or use sandbox sessions")
+			writeError(w, http.StatusForbidden, "no credential issuers are configured (proxy.issuers), so no token may issue sandbox credentials or use sandbox sessions")
 			return
 		}
 		name, ok := h.issuers.Authenticate(tok)

@@ -178,7 +178,7 @@ func (s *stack) adminHandler() http.Handler {
 		Logger:       s.log,
 		Hosts:        append(slices.Clone(s.cfg.Admin.Hosts), listenHost(s.cfg.AdminListen)),
 		MaxBodyBytes: s.cfg.Admin.MaxBodyBytes,
-		Mount: s.mounts(),
+		Mount:        s.mounts(),
 	})
 }
 
