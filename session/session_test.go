@@ -524,3 +524,42 @@ func procStart(t *testing.T, pid int) uint64 {
 	fmt.Sscan(f[19], &n)
 	return n
 }
+
+// TestExecApprovalRealService holds a command in the real approval service (SQLite): the
+// pending record shows the command; approved, it runs.
+func TestExecApprovalRealService(t *testing.T) {
+	cfg := approval.Config{Store: "sqlite:" + filepath.Join(t.TempDir(), "approvals.db")}
+	svc, err := approval.New(context.Background(), approval.Options{Config: cfg, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	e := newEnv(t, func(o *session.Options) { o.Approve = svc })
+	info := e.create(t, session.Spec{Labels: map[string]string{"task": "release"}})
+	done := make(chan session.ExecResult, 1)
+	go func() {
+		_, _, res, _ := e.exec(t, info.ID, session.ExecRequest{Argv: []string{"git", "--version"}})
+		done <- res
+	}()
+	var rec approval.Record
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		recs, err := svc.List(context.Background(), approval.ListFilter{State: approval.StatePending})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 1 {
+			rec = recs[0]
+			break
+		}
+	}
+	if rec.ID == "" || rec.Method != "EXEC" || rec.Sandbox != info.ID || !strings.Contains(rec.URL, "git --version") || rec.Rule != "exec.push" {
+		t.Fatalf("pending record: %+v", rec)
+	}
+	if _, err := svc.Decide(context.Background(), rec.ID, approval.StateApproved, "oncall", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.ExitCode != 0 || res.Decision != "approved" || res.ApprovalID != rec.ID {
+		t.Errorf("approved exec: %+v", res)
+	}
+}
