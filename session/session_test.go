@@ -563,3 +563,25 @@ func TestExecApprovalRealService(t *testing.T) {
 		t.Errorf("approved exec: %+v", res)
 	}
 }
+
+// TestWebSocketExec: the two-way form carries stdin to the command and its output back;
+// resize messages are accepted.
+func TestWebSocketExec(t *testing.T) {
+	e := newEnv(t, nil)
+	info := e.create(t, session.Spec{})
+	c := &session.Client{BaseURL: e.srv.URL}
+	var stdout, stderr bytes.Buffer
+	res, err := c.Exec(context.Background(), info.ID, session.ExecRequest{Argv: []string{"sh", "-c", "tr a-z A-Z; echo done >&2; exit 5"}},
+		strings.NewReader("hello sandbox\n"), &stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != "HELLO SANDBOX\n" || stderr.String() != "done\n" || res.ExitCode != 5 || res.ExecID == "" {
+		t.Errorf("got %q %q %+v", stdout.String(), stderr.String(), res)
+	}
+	// Unknown sandbox over the WebSocket form: a clear status before the upgrade.
+	_, err = c.Exec(context.Background(), "sbx-nope", session.ExecRequest{Argv: []string{"true"}}, strings.NewReader(""), nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("unknown sandbox: %v", err)
+	}
+}
