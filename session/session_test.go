@@ -88,6 +88,7 @@ type env struct {
 	aud *recorder
 	apr *approver
 	dir string
+	crd *session.Credentials
 }
 
 func newEnv(t *testing.T, mod func(*session.Options)) *env {
@@ -103,7 +104,7 @@ func newEnv(t *testing.T, mod func(*session.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{aud: &recorder{}, apr: &approver{state: approval.StateDenied}, dir: t.TempDir()}
+	e := &env{aud: &recorder{}, apr: &approver{state: approval.StateDenied}, dir: t.TempDir(), crd: session.NewCredentials()}
 	o := session.Options{
 		Base:     sandbox.Options{Backend: &sandbox.Native{StateDir: testState}},
 		Decider:  eng,
@@ -115,7 +116,7 @@ func newEnv(t *testing.T, mod func(*session.Options)) *env {
 	if mod != nil {
 		mod(&o)
 	}
-	e.m, err = session.New(o, nil)
+	e.m, err = session.New(o, e.crd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,6 +401,12 @@ func TestConcurrentDeleteAndExec(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(testState, "sandboxes")); len(ents) != 0 {
 		t.Errorf("left in the state directory: %v", ents)
+	}
+	if n := e.crd.Len(); n != 0 {
+		t.Errorf("exec credentials of %d sandboxes left", n)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "sessions", info.ID+".json")); !os.IsNotExist(err) {
+		t.Errorf("the session's record is left: %v", err)
 	}
 }
 
