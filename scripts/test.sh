@@ -61,6 +61,9 @@ say "benchmarks, one iteration each"
 go test -count=1 -run '^$' -bench . -benchtime 1x ./...
 go test -count=1 -tags e2e -run '^$' -bench CreateExecDestroy -benchtime 3x ./e2e/docker/
 
+say "sandbox sessions beside bwrap, few iterations (docs/performance.md has the full run)"
+go run ./bench/cmd/session-bench -n 20
+
 say "load harness, tiny settings (the README's table comes from the full run)"
 go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/
 

@@ -18,14 +18,52 @@ import (
 	"github.com/airlock-proxy/airlock/sandbox"
 )
 
-// Frame is one message of an exec stream, server to client: output ({stream, data}), the
-// exec's id first ({exec_id}), and its result last ({result}). Data is base64 in JSON.
+// Frame is one message of an exec stream, server to client: the exec's id first
+// ({exec_id}), then output ({stream, data}; data is base64 in JSON), and last the result,
+// whose fields are the frame's own ({exec_id, exit_code, signal, duration_ms, timed_out,
+// ...}: the frame that has exit_code is the last). A frame with only error says the exec
+// could not start.
 type Frame struct {
-	ExecID string      `json:"exec_id,omitempty"`
-	Stream string      `json:"stream,omitempty"` // stdout or stderr
-	Data   []byte      `json:"data,omitempty"`
-	Result *ExecResult `json:"result,omitempty"`
-	Error  string      `json:"error,omitempty"` // the exec could not start (then the stream ends)
+	ExecID string `json:"exec_id,omitempty"`
+	Stream string `json:"stream,omitempty"` // stdout or stderr
+	Data   []byte `json:"data,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Result is set on the last frame; its fields are marshalled flat into the frame.
+	Result *ExecResult `json:"-"`
+}
+
+// MarshalJSON writes a result frame as the result's fields.
+func (f Frame) MarshalJSON() ([]byte, error) {
+	if f.Result != nil {
+		return json.Marshal(f.Result)
+	}
+	type plain Frame
+	return json.Marshal(plain(f))
+}
+
+// UnmarshalJSON reads either form: a frame with exit_code is a result.
+func (f *Frame) UnmarshalJSON(b []byte) error {
+	var probe struct {
+		ExitCode *int `json:"exit_code"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return err
+	}
+	if probe.ExitCode != nil {
+		var r ExecResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			return err
+		}
+		*f = Frame{ExecID: r.ExecID, Result: &r}
+		return nil
+	}
+	type plain Frame
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*f = Frame(p)
+	return nil
 }
 
 // ClientMessage is a message of a WebSocket exec stream, client to server: the first is
@@ -247,7 +285,7 @@ func (m *Manager) handleExec(w http.ResponseWriter, r *http.Request) {
 		_ = send(Frame{Error: err.Error()})
 		return
 	}
-	_ = send(Frame{ExecID: res.ExecID, Result: &res})
+	_ = send(Frame{Result: &res})
 }
 
 // handleExecWS serves the two-way form: the client's first message is the ExecRequest,
@@ -333,7 +371,7 @@ func (m *Manager) handleExecWS(w http.ResponseWriter, r *http.Request) {
 		c.Close(websocket.StatusNormalClosure, "")
 		return
 	}
-	_ = send(Frame{ExecID: res.ExecID, Result: &res})
+	_ = send(Frame{Result: &res})
 	c.Close(websocket.StatusNormalClosure, "")
 }
 

@@ -112,10 +112,16 @@ func TestOpenAPISchemas(t *testing.T) {
 			t.Errorf("schema %s is not documented", name)
 			continue
 		}
+		if name == "Frame" {
+			s = frameVariant(t, doc)
+		}
 		typ := reflect.TypeOf(v)
 		var fields []string
 		for i := range typ.NumField() {
 			tag, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			if tag == "-" {
+				continue
+			}
 			fields = append(fields, tag)
 			if _, ok := s.Properties[tag]; !ok {
 				t.Errorf("%s.%s is sent but not documented", name, tag)
@@ -199,4 +205,46 @@ func TestOpenAPIAgainstServer(t *testing.T) {
 	_ = json.Unmarshal(b, &rep)
 	_, body, _, code := e.exec(t, id, session.ExecRequest{Argv: []string{"true"}})
 	checkResponse(t, doc, "POST", "/v1/sandboxes/{id}/exec", code, []byte(body), "")
+}
+
+// frameVariant is the first (non-result) form of the documented Frame.
+func frameVariant(t *testing.T, doc openAPI) schema {
+	b, err := os.ReadFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Components struct {
+			Schemas struct {
+				Frame struct {
+					OneOf []schema `yaml:"oneOf"`
+				} `yaml:"Frame"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(b, &raw); err != nil || len(raw.Components.Schemas.Frame.OneOf) == 0 {
+		t.Fatalf("Frame: want oneOf: %v", err)
+	}
+	return raw.Components.Schemas.Frame.OneOf[0]
+}
+
+// TestFrameJSON: the last frame carries the result's fields flat, and reads back.
+func TestFrameJSON(t *testing.T) {
+	b, err := json.Marshal(session.Frame{Result: &session.ExecResult{ExecID: "exec-1", ExitCode: 0, TimedOut: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"exec_id":"exec-1"`, `"exit_code":0`, `"timed_out":true`, `"duration_ms":0`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+	var f session.Frame
+	if err := json.Unmarshal(b, &f); err != nil || f.Result == nil || !f.Result.TimedOut || f.ExecID != "exec-1" {
+		t.Errorf("read back: %+v %v", f, err)
+	}
+	b, _ = json.Marshal(session.Frame{Stream: "stdout", Data: []byte("hi")})
+	if err := json.Unmarshal(b, &f); err != nil || f.Result != nil || string(f.Data) != "hi" {
+		t.Errorf("output frame %s: %+v %v", b, f, err)
+	}
 }
