@@ -72,6 +72,12 @@ type tokenAPI struct {
 
 type issuerKey struct{}
 
+// RequireIssuer admits only holders of an issuer token (Authorization: Bearer, one of
+// proxy.issuers): none → 401, a wrong one → 403. The sandbox sessions API sits behind it.
+func RequireIssuer(issuers *bearer.Set) func(http.Handler) http.Handler {
+	return (&tokenAPI{issuers: issuers}).requireIssuer
+}
+
 func (h *tokenAPI) requireIssuer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok, err := bearer.FromRequest(r)
@@ -82,10 +88,10 @@ func (h *tokenAPI) requireIssuer(next http.Handler) http.Handler {
 			return
 		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
-			writeError(w, http.StatusUnauthorized, "issuing sandbox credentials needs an issuer token: Authorization: Bearer TOKEN, with TOKEN from one of proxy.issuers")
+			writeError(w, http.StatusUnauthorized, "this API (sandbox credentials and sessions) needs an issuer token: Authorization: Bearer TOKEN, with TOKEN from one of proxy.issuers")
 			return
 		case h.issuers.Len() == 0:
-			writeError(w, http.StatusForbidden, "no credential issuers are configured (proxy.issuers), so no token may issue sandbox credentials")
+			writeError(w, http.StatusForbidden, "no credential issuers are configured (proxy.issuers), so no token may issue sandbox credentials or use sandbox sessions")
 			return
 		}
 		name, ok := h.issuers.Authenticate(tok)

@@ -49,6 +49,17 @@ func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 		}
 		dst = append(dst, '}')
 	}
+	dst = optString(dst, `,"exec_id":`, ev.ExecID)
+	if len(ev.Command) > 0 {
+		dst = append(dst, `,"command":[`...)
+		for i, c := range ev.Command {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, c)
+		}
+		dst = append(dst, ']')
+	}
 	dst = optString(dst, `,"method":`, ev.Method)
 	dst = optString(dst, `,"scheme":`, ev.Scheme)
 	dst = optString(dst, `,"host":`, ev.Host)

@@ -30,7 +30,9 @@ type Event struct {
 	Stage      Stage             `json:"stage,omitempty"`
 	Kind       string            `json:"kind"` // "request", "connect", "sandbox.start", "sandbox.end"
 	SandboxID  string            `json:"sandbox"`
+	ExecID     string            `json:"exec_id,omitempty"` // the session command a request came from, or an exec event's own id
 	Labels     map[string]string `json:"labels,omitempty"`
+	Command    []string          `json:"command,omitempty"` // a session command's argv (sandbox.exec)
 	Method     string            `json:"method,omitempty"`
 	Scheme     string            `json:"scheme,omitempty"`
 	Host       string            `json:"host,omitempty"`

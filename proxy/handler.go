@@ -78,6 +78,7 @@ func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity
 		RequestID: audit.NewID(),
 		Kind:      "request",
 		SandboxID: id.ID,
+		ExecID:    id.Exec,
 		Labels:    id.Labels,
 		Method:    r.Method,
 		Phase:     phase,

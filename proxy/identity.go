@@ -32,6 +32,19 @@ func (p *Proxy) lookupToken(ctx context.Context, header string) (identity.Identi
 	return p.tokens.check(ctx, user, tok)
 }
 
+// basicCredentials splits a Basic Proxy-Authorization value.
+func basicCredentials(header string) (user, secret string, ok bool) {
+	scheme, rest, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+	if err != nil {
+		return "", "", false
+	}
+	return strings.Cut(string(raw), ":")
+}
+
 type ctxKey int
 
 const (
@@ -52,6 +65,17 @@ func (p *Proxy) identify(r *http.Request) (identity.Identity, error) {
 	if li != nil && li.bound != nil {
 		if pa == "" {
 			return *li.bound, nil
+		}
+		// A command of a sandbox session names itself with its exec credential: the
+		// listener still says which sandbox it is; the credential says which command.
+		if p.opts.Execs != nil {
+			if user, secret, ok := basicCredentials(pa); ok {
+				if exec, ok := p.opts.Execs.ExecOf(li.bound.ID, user, secret); ok {
+					id := *li.bound
+					id.Exec = exec
+					return id, nil
+				}
+			}
 		}
 		// A credential on a bound listener must name that same sandbox.
 		id, err := p.lookupToken(r.Context(), pa)

@@ -56,6 +56,18 @@ type Approver interface {
 	Hold(ctx context.Context, r approval.Request) (approval.Result, error)
 }
 
+// ExecCredentials attributes the requests of a sandbox session's commands: each command
+// runs with HTTP_PROXY naming its own exec credential (http://EXEC:SECRET@127.0.0.1:3128),
+// and a request that presents it on its sandbox's own listener is recorded with that exec
+// id. It is attribution within one sandbox, not authentication: the listener already is.
+// A credential that names no command of the sandbox is treated as any other proxy
+// credential.
+type ExecCredentials interface {
+	// ExecOf returns the exec id that user and secret name for a request on sandboxID's
+	// own listener; false when they name none.
+	ExecOf(sandboxID, user, secret string) (execID string, ok bool)
+}
+
 // Auditor records audit events: a forwarded request's decision (before it is sent) and its
 // completion, and each refusal (see record.go). Record returns once the event is recorded
 // as the sink promises (*audit.Sink: written to its file); an error for a decision record

@@ -31,8 +31,10 @@ type Options struct {
 	CA          *ca.CA
 	Credentials CredentialSource
 	Approver    Approver
-	Auditor     Auditor
-	Telemetry   Telemetry
+	// Execs attributes requests to sandbox session commands; nil means none are.
+	Execs     ExecCredentials
+	Auditor   Auditor
+	Telemetry Telemetry
 
 	AllowPrivate []netip.Prefix // destinations in these ranges may be dialled
 	UpstreamCAs  *x509.CertPool // extra roots for upstream servers; system roots always apply

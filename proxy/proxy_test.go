@@ -485,3 +485,56 @@ func mustIssue(t *testing.T, p *Proxy, id identity.Identity) string {
 	}
 	return tok
 }
+
+// execCreds is an in-memory ExecCredentials: one command, exec-1 with secret s3cret, of
+// sandbox sbx-bound.
+type execCreds struct{}
+
+func (execCreds) ExecOf(sandboxID, user, secret string) (string, bool) {
+	if sandboxID == "sbx-bound" && user == "exec-1" && secret == "s3cret" {
+		return user, true
+	}
+	return "", false
+}
+
+// TestExecCredentialAttributesRequests: on a sandbox's own listener, a request with a
+// command's exec credential is recorded with that exec id; one without is the sandbox's;
+// an exec credential of another sandbox, or a wrong secret, is refused as any unknown
+// credential is.
+func TestExecCredentialAttributesRequests(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Execs = execCreds{} })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.proxy.Attach(ln, identity.Identity{ID: "sbx-bound", Labels: map[string]string{"task": "t"}})()
+	via := func(user *url.Userinfo) int {
+		c := e.client(nil)
+		c.Transport.(*http.Transport).Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String(), User: user})
+		resp, _ := get(t, c, "GET", e.http.URL+"/allowed", "")
+		return resp.StatusCode
+	}
+	if got := via(url.UserPassword("exec-1", "s3cret")); got != 200 {
+		t.Fatalf("exec credential: status %d, want 200", got)
+	}
+	if got := via(nil); got != 200 {
+		t.Fatalf("no credential: status %d, want 200", got)
+	}
+	if got := via(url.UserPassword("exec-1", "wrong")); got != http.StatusProxyAuthRequired {
+		t.Errorf("wrong secret: status %d, want 407", got)
+	}
+	var withExec, without int
+	for _, ev := range e.audit.Events() {
+		if ev.SandboxID != "sbx-bound" || ev.Decision != "allow" {
+			continue
+		}
+		if ev.ExecID == "exec-1" && ev.Labels["task"] == "t" {
+			withExec++
+		} else if ev.ExecID == "" {
+			without++
+		}
+	}
+	if withExec == 0 || without == 0 {
+		t.Errorf("audit: %d records attributed to exec-1, %d to the sandbox alone; want both", withExec, without)
+	}
+}

@@ -92,7 +92,7 @@ func (o *OTel) Held(ctx context.Context) func(string, time.Duration) {
 
 func facts(ev *audit.Event) telemetry.RequestFacts {
 	return telemetry.RequestFacts{
-		Kind: ev.Kind, SandboxID: ev.SandboxID, Method: ev.Method, Scheme: ev.Scheme, Host: ev.Host,
+		Kind: ev.Kind, SandboxID: ev.SandboxID, ExecID: ev.ExecID, Method: ev.Method, Scheme: ev.Scheme, Host: ev.Host,
 		Port: ev.Port, Path: ev.Path, Phase: ev.Phase, Decision: ev.Decision, Rule: ev.Rule,
 		Reason: ev.Reason, PolicyRev: ev.PolicyRev, Creds: ev.Creds, ApprovalID: ev.ApprovalID,
 		Approver: ev.Approver, Status: ev.Status, BytesIn: ev.BytesIn, BytesOut: ev.BytesOut, Redactions: ev.Redactions,

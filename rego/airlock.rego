@@ -61,3 +61,16 @@ _use_https_reason := sprintf(
 	"%s needs a credential and airlock sends credentials only over https; use https://%s%s",
 	[input.request.host, input.request.host, _path],
 )
+
+# The exec phase: a command about to run in a sandbox session ({"argv", "cwd", "env"}: env
+# holds the names of the variables the command adds, never their values). The shipped
+# policy allows every command; deny or approve rules for this phase hold or refuse
+# commands (see the example in exec_test.rego). A denied command fails with the reason on
+# its stderr; an approved one waits in the approval flow, where the approver sees the argv.
+allow contains {
+	"action": "allow",
+	"rule": "exec.default",
+	"reason": "the shipped policy allows every command in a sandbox",
+} if {
+	input.phase == "exec"
+}

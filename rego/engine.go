@@ -179,7 +179,8 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 	}
 	snap := e.cur.Load()
 	var key cacheKey
-	cached := snap.cache != nil && !explain
+	// Exec inputs are not cached: commands are few, and the key covers requests only.
+	cached := snap.cache != nil && !explain && in.Phase != PhaseExec
 	if cached {
 		key = snap.cache.key(in)
 		if d, ok := snap.cache.get(key); ok {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -332,5 +334,39 @@ func TestDecideConcurrentWithReload(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestExecPhaseIsNotCached: two commands that differ only in their argv get their own
+// decisions, and an exec input without argv is refused by Validate.
+func TestExecPhaseIsNotCached(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.rego"), []byte(`package airlock
+decision := {"action": "deny", "rule": "exec.rm", "reason": "no rm"} if {
+	input.phase == "exec"
+	input.exec.argv[0] == "rm"
+} else := {"action": "allow", "rule": "exec.other"}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := New(context.Background(), Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		argv []string
+		want Action
+	}{{[]string{"ls"}, ActionAllow}, {[]string{"rm", "-rf", "/workspace"}, ActionDeny}, {[]string{"ls"}, ActionAllow}} {
+		in := &Input{Version: 1, Phase: PhaseExec, Sandbox: SandboxInput{ID: "s"}, Exec: &ExecInput{Argv: c.argv, Cwd: "/workspace"}}
+		if err := in.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := eng.Decide(context.Background(), in)
+		if err != nil || d.Action != c.want {
+			t.Errorf("%v: got %+v, %v; want %s", c.argv, d, err, c.want)
+		}
+	}
+	if err := (&Input{Version: 1, Phase: PhaseExec, Exec: &ExecInput{}}).Validate(); err == nil {
+		t.Error("an exec input without argv passed Validate")
 	}
 }

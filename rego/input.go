@@ -26,6 +26,10 @@ var (
 	keyPath    = ast.StringTerm("path")
 	keyQuery   = ast.StringTerm("query")
 	keyHeaders = ast.StringTerm("headers")
+	keyExec    = ast.StringTerm("exec")
+	keyArgv    = ast.StringTerm("argv")
+	keyCwd     = ast.StringTerm("cwd")
+	keyEnv     = ast.StringTerm("env")
 )
 
 // inputValue builds the policy input as an AST value directly, without a JSON round trip. Its
@@ -40,6 +44,15 @@ func inputValue(in *Input, use inputUse) ast.Value {
 	sbx := ast.NewObjectWithCapacity(2)
 	sbx.Insert(keyID, ast.InternedTerm(in.Sandbox.ID))
 	sbx.Insert(keyLabels, ast.NewTerm(labels))
+
+	if in.Phase == PhaseExec {
+		top := ast.NewObjectWithCapacity(4)
+		top.Insert(keyVersion, ast.InternedTerm(in.Version))
+		top.Insert(keyPhase, ast.InternedTerm(string(in.Phase)))
+		top.Insert(keySandbox, ast.NewTerm(sbx))
+		top.Insert(keyExec, execValue(in.Exec))
+		return top
+	}
 
 	r := &in.Request
 	req := ast.NewObjectWithCapacity(7)
@@ -65,6 +78,25 @@ func inputValue(in *Input, use inputUse) ast.Value {
 	top.Insert(keySandbox, ast.NewTerm(sbx))
 	top.Insert(keyRequest, ast.NewTerm(req))
 	return top
+}
+
+// execValue is the exec phase's "exec" object; argv and env are always arrays.
+func execValue(e *ExecInput) *ast.Term {
+	if e == nil {
+		e = &ExecInput{}
+	}
+	strs := func(ss []string) *ast.Term {
+		terms := make([]*ast.Term, len(ss))
+		for i, v := range ss {
+			terms[i] = ast.StringTerm(v)
+		}
+		return ast.ArrayTerm(terms...)
+	}
+	obj := ast.NewObjectWithCapacity(3)
+	obj.Insert(keyArgv, strs(e.Argv))
+	obj.Insert(keyCwd, ast.StringTerm(e.Cwd))
+	obj.Insert(keyEnv, strs(e.Env))
+	return ast.NewTerm(obj)
 }
 
 // multiValue turns a query or header map into an object of string arrays.
@@ -99,13 +131,20 @@ func ParseInputJSON(b []byte) (*Input, error) {
 	return &in, nil
 }
 
-// Validate checks the fields the policy relies on: version, phase, method, host and port.
+// Validate checks the fields the policy relies on: version, phase, and method, host and
+// port (connect and request phases) or argv (exec phase).
 func (in *Input) Validate() error {
+	if in.Version == InputVersion && in.Phase == PhaseExec {
+		if in.Exec == nil || len(in.Exec.Argv) == 0 {
+			return errors.New("exec.argv is empty")
+		}
+		return nil
+	}
 	switch {
 	case in.Version != InputVersion:
 		return fmt.Errorf("version is %d, want %d", in.Version, InputVersion)
 	case in.Phase != PhaseConnect && in.Phase != PhaseRequest:
-		return fmt.Errorf("phase is %q, want %q or %q", in.Phase, PhaseConnect, PhaseRequest)
+		return fmt.Errorf("phase is %q, want %q, %q or %q", in.Phase, PhaseConnect, PhaseRequest, PhaseExec)
 	case in.Request.Method == "":
 		return errors.New("request.method is empty")
 	case in.Request.Host == "":

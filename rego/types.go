@@ -17,6 +17,9 @@ const (
 	PhaseConnect Phase = "connect"
 	// PhaseRequest is a full HTTP request (plain HTTP, or one inside an intercepted tunnel).
 	PhaseRequest Phase = "request"
+	// PhaseExec is a command about to run in a sandbox session: Exec is set, Request is
+	// empty.
+	PhaseExec Phase = "exec"
 )
 
 // Input is what the policy sees as `input`. Its JSON form is the contract of docs/architecture.md.
@@ -24,7 +27,17 @@ type Input struct {
 	Version int          `json:"version"`
 	Phase   Phase        `json:"phase"`
 	Sandbox SandboxInput `json:"sandbox"`
-	Request RequestInput `json:"request"`
+	Request RequestInput `json:"request,omitzero"`
+	// Exec is the command of the exec phase; nil in the others.
+	Exec *ExecInput `json:"exec,omitempty"`
+}
+
+// ExecInput describes a command about to run in a sandbox: its argument vector, working
+// directory and the names (never the values) of the environment variables it adds.
+type ExecInput struct {
+	Argv []string `json:"argv"`
+	Cwd  string   `json:"cwd"`
+	Env  []string `json:"env"`
 }
 
 // SandboxInput identifies the caller.

@@ -12,7 +12,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
 say "Debian packages"
-pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs tmux vim openssh-server openssh-client openssl)
+pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs tmux vim openssh-server openssh-client openssl bubblewrap)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -69,6 +69,9 @@ go test -count=1 -tags e2e -run '^$' -bench CreateExecDestroy -benchtime 3x ./e2
 
 say "transparent egress against HTTPS_PROXY: the proxy's CPU per request (docs/performance.md)"
 go test -count=1 -tags e2e -v -run TestTransparentCost ./bench/transparent/ | grep -E 'ratio|^(ok|FAIL|---)'
+
+say "sandbox sessions beside bwrap, few iterations (docs/performance.md has the full run)"
+go run ./bench/cmd/session-bench -n 20
 
 say "load harness, tiny settings (the README's table comes from the full run)"
 go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/

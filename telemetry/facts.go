@@ -11,6 +11,7 @@ import (
 type RequestFacts struct {
 	Kind       string // "request" or "connect"
 	SandboxID  string
+	ExecID     string // the session command the request came from, when known
 	Method     string
 	Scheme     string
 	Host       string

@@ -25,6 +25,7 @@ const (
 	AttrCredential  = "airlock.credential"
 	AttrApprovalID  = "airlock.approval.id"
 	AttrApprover    = "airlock.approver"
+	AttrExecID      = "airlock.exec.id"
 )
 
 var knownMethods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true,
@@ -110,6 +111,7 @@ func RequestAttributes(f RequestFacts) []attribute.KeyValue {
 			attrs = append(attrs, attribute.String(k, v))
 		}
 	}
+	add(AttrExecID, f.ExecID)
 	add(AttrRule, f.Rule)
 	add(AttrReason, f.Reason)
 	add(AttrPhase, f.Phase)

@@ -45,7 +45,7 @@ approvals API and page; never expose it to sandboxes. SIGHUP reloads the policy.
 			if f.check {
 				return checkConfig(cmd.Context(), cfg, cmd)
 			}
-			return runProxy(cmd.Context(), cfg, newLogger(cfg, os.Stderr))
+			return runProxy(cmd, cfg, newLogger(cfg, os.Stderr))
 		},
 	}
 	f.bindProxy(cmd)
@@ -67,12 +67,20 @@ func checkConfig(ctx context.Context, cfg *Config, cmd *cobra.Command) error {
 	return nil
 }
 
-func runProxy(ctx context.Context, cfg *Config, log *slog.Logger) error {
+func runProxy(cmd *cobra.Command, cfg *Config, log *slog.Logger) error {
+	ctx := cmd.Context()
 	s, err := build(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer s.close(context.Background())
+	if m, err := s.startSessions(ctx, cmd); err != nil {
+		log.Warn("sandbox sessions are not served", "err", err)
+	} else {
+		s.sessions = m
+		// Before the stack closes: sandboxes end, and their leases are revoked, first.
+		defer m.Close(context.Background())
+	}
 	if len(cfg.Approvals.Approvers) == 0 && cfg.Approvals.Service == "" {
 		log.Warn("approvals: no approvers configured, so nobody can approve what the policy holds", "key", "approvals.approvers")
 	}
@@ -165,10 +173,16 @@ func (s *stack) adminHandler() http.Handler {
 		Logger:       s.log,
 		Hosts:        append(slices.Clone(s.cfg.Admin.Hosts), listenHost(s.cfg.AdminListen)),
 		MaxBodyBytes: s.cfg.Admin.MaxBodyBytes,
-		Mount: []func(chi.Router){func(r chi.Router) {
-			s.approvals.Routes(r)
-		}},
+		Mount:        s.mounts(),
 	})
+}
+
+func (s *stack) mounts() []func(chi.Router) {
+	m := []func(chi.Router){func(r chi.Router) { s.approvals.Routes(r) }}
+	if s.sessions != nil {
+		m = append(m, s.sessionRoutes(s.sessions))
+	}
+	return m
 }
 
 // listenHost is the host part of a listen address ("localhost" of "localhost:9090").

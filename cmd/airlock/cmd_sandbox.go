@@ -135,6 +135,7 @@ The proxy flags do not apply there; the in-cluster proxy's config does.`,
 	fl.StringVar(&sf.adminListen, "admin-listen", "", "also serve the admin API (approvals page, metrics) on this address while the sandbox runs")
 	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
 	sb.AddCommand(run)
+	addSessionCmds(sb)
 	root.AddCommand(sb)
 }
 

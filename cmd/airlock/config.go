@@ -50,6 +50,7 @@ type Config struct {
 	Approvals         approval.Config                     `yaml:"approvals"`
 	Proxy             ProxyConfig                         `yaml:"proxy"`
 	Sandbox           SandboxConfig                       `yaml:"sandbox"`
+	Sessions          SessionsConfig                      `yaml:"sessions"` // sandbox sessions served by airlock proxy
 
 	// src locates the keys of the file the config was read from (and the flags that
 	// set keys), for errors found after loading; nil: none.
@@ -254,7 +255,7 @@ func (c *Config) Validate() error {
 		o := c.auditOptions(nil)
 		errs = append(errs, o.Check())
 	}
-	errs = append(errs, c.Proxy.validate(), c.Admin.validate(), c.validatePolicy(), c.Sandbox.validate())
+	errs = append(errs, c.Proxy.validate(), c.Admin.validate(), c.validatePolicy(), c.Sandbox.validate(), c.Sessions.validate())
 	if err := c.Approvals.Validate(); err != nil {
 		for _, e := range leaves(err) {
 			errs = append(errs, prefixKey("approvals", e))

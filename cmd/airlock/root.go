@@ -23,7 +23,7 @@ sandbox never sees them), held for approval when the policy says so, and recorde
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.AddCommand(newProxyCmd(), newPolicyCmd(), newCACmd(), newAuditCmd(), newApprovalsCmd())
+	root.AddCommand(newProxyCmd(), newPolicyCmd(), newCACmd(), newAuditCmd(), newApprovalsCmd(), newMCPCmd())
 	addSandboxCmd(root)
 	useFlagUsages(root)
 	return root

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
+	"github.com/airlock-proxy/airlock/session"
 	"github.com/airlock-proxy/airlock/telemetry"
 )
 
@@ -36,6 +37,9 @@ type stack struct {
 	issuers   *bearer.Set
 	proxy     *proxy.Proxy
 	telemetry *telemetry.Telemetry
+	execs     *session.Credentials // attributes session commands' requests
+	sessions  *session.Manager     // nil when not served
+	fan       *auditFanout
 	closers   []func(context.Context) error
 }
 
@@ -178,11 +182,14 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 		decider = &decisionLogger{Decider: s.engine, log: dl, rev: s.engine.Revision, errs: log}
 	}
 	fan.metrics = s.telemetry.Metrics()
+	s.fan = fan
+	s.execs = session.NewCredentials()
 	opts := proxy.Options{
 		Decider:        decider,
 		CA:             s.ca,
 		Credentials:    creds,
 		Approver:       s.approvals,
+		Execs:          s.execs,
 		AllowPrivate:   allow,
 		RequireAuth:    cfg.RequireAuth,
 		Tokens:         tokens,
@@ -299,6 +306,12 @@ func (f *auditFanout) observe(sandboxID string, fn func(decision, host string)) 
 		f.observers = map[string]func(string, string){}
 	}
 	f.observers[sandboxID] = fn
+}
+
+func (f *auditFanout) forget(sandboxID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.observers, sandboxID)
 }
 
 func (f *auditFanout) Record(ctx context.Context, ev audit.Event) error {

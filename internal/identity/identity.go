@@ -17,6 +17,10 @@ const DefaultID = "default"
 type Identity struct {
 	ID     string            `json:"id"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Exec is the sandbox session's command a request came from, when the request said
+	// so with that command's exec credential; empty otherwise. It attributes, it does not
+	// authorise: policy sees ID and Labels.
+	Exec string `json:"exec,omitempty"`
 }
 
 // MaxIDLen bounds a sandbox id (a DNS label's length, so that it fits object names).

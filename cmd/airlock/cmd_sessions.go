@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-proxy/airlock/admin"
+	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/session"
+)
+
+// startSessions makes the sandbox session manager of a proxy stack: its sandboxes use the
+// stack's proxy, CA, Vault broker, policy (exec phase), approvals and audit log. Sessions
+// left by an earlier run of this airlock are ended (see session.Manager.Adopt).
+func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session.Manager, error) {
+	cfg := s.cfg
+	base := sandbox.Options{
+		Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, AllowAIO: cfg.Sandbox.AllowAIO,
+		ProtectedPaths: cfg.Sandbox.ProtectedPaths, HiddenPaths: cfg.hiddenPaths(configFile(cmd)),
+		Nofile: int64(cfg.Sandbox.Nofile), Ptys: int64(cfg.Sandbox.Ptys), Inodes: int64(cfg.Sandbox.Inodes),
+		CABundle: caBundle(s.ca.CertPEM()), Proxy: s.proxy, Logger: s.log, PolicyRevision: s.engine.Revision(),
+		OnEvent: s.lifecycleEvent,
+	}
+	if cfg.Sandbox.Memory != "" {
+		n, err := sandbox.ParseSize(cfg.Sandbox.Memory)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox.memory: %w", err)
+		}
+		base.Memory = n
+	}
+	if s.broker != nil {
+		base.Revoker = s.broker
+	}
+	var auditor session.Auditor
+	if s.audit != nil {
+		auditor = s.audit
+	}
+	sc := cfg.Sessions
+	m, err := session.New(session.Options{
+		Base: base, Decider: s.engine, Approve: s.approvals, Auditor: auditor,
+		Tracer: s.telemetry.Tracer(), Owner: sc.Owner, StateDir: sc.StateDir,
+		TTL: sc.TTL, IdleTimeout: sc.IdleTimeout, MaxTTL: sc.MaxTTL, MaxSessions: sc.MaxSessions,
+		MaxFileBytes: sc.maxFileBytes(), Logger: s.log,
+		Started: func(sb *sandbox.Sandbox) { s.fan.observe(sb.ID(), sb.Observe) },
+		Ended:   func(id string) { s.fan.forget(id) },
+	}, s.execs)
+	if err != nil {
+		return nil, err
+	}
+	if ended, err := m.Adopt(ctx); err != nil {
+		s.log.Error("ending the sandbox sessions of an earlier run", "err", err)
+	} else if len(ended) > 0 {
+		s.log.Warn("ended the sandbox sessions of an earlier run (native sandboxes do not outlive their airlock); their reports are in sessions.state_dir", "sandboxes", ended)
+	}
+	return m, nil
+}
+
+// sessionRoutes mounts the sessions API behind issuer authentication.
+func (s *stack) sessionRoutes(m *session.Manager) func(chi.Router) {
+	return func(r chi.Router) {
+		r.Group(func(r chi.Router) {
+			r.Use(admin.RequireIssuer(s.issuers))
+			m.Routes(r)
+		})
+	}
+}
+
+// lifecycleEvent records a sandbox's lifecycle event in the audit log.
+func (s *stack) lifecycleEvent(ctx context.Context, kind string, fields map[string]any) {
+	ev := audit.Event{Kind: kind, Decision: "lifecycle", PolicyRev: s.engine.Revision()}
+	if id, ok := fields["sandbox"].(string); ok {
+		ev.SandboxID = id
+	}
+	if l, ok := fields["labels"].(map[string]string); ok {
+		ev.Labels = l
+	}
+	if v, ok := fields["exit_code"].(int); ok {
+		ev.Status = v
+	}
+	if e, ok := fields["error"].(string); ok && e != "" {
+		ev.ErrorClass = "sandbox"
+	}
+	if s.audit != nil {
+		if err := s.audit.Record(ctx, ev); err != nil {
+			s.log.Error("audit record failed", "err", err)
+		}
+	}
+}

@@ -1,0 +1,658 @@
+// Package session keeps sandboxes alive between commands for agent harnesses: a sandbox is
+// created once, then commands are executed in it one after another (each under the
+// policy's exec phase, audited, traced and attributed), files are put and got, and it ends
+// when deleted, when its ttl or idle timeout passes, or when its airlock stops. The admin
+// API serves it (Routes); Client speaks that API.
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+// State is where a session is in its life.
+type State string
+
+// States.
+const (
+	StateRunning State = "running"
+	StateEnding  State = "ending" // being destroyed
+	StateEnded   State = "ended"
+)
+
+// Defaults.
+const (
+	DefaultTTL          = time.Hour
+	DefaultIdleTimeout  = 15 * time.Minute
+	DefaultMaxSessions  = 32
+	DefaultMaxFileBytes = 8 << 20
+	// DefaultStateDir holds one record per session, for every airlock on the machine:
+	// replicas sharing it know whose a session is, and a restarted airlock finds the
+	// sessions of its previous run.
+	DefaultStateDir = "/run/airlock/sessions"
+	// maxTombstones bounds the ended sessions remembered (for their reports and for a
+	// clear answer to a late exec).
+	maxTombstones = 256
+	// maxExecRecords bounds the exec results a session keeps for clients that lost their
+	// stream.
+	maxExecRecords = 1024
+)
+
+// Errors, each answered with its own status by the API (statusOf).
+var (
+	ErrNotFound   = errors.New("not found")
+	ErrGone       = errors.New("sandbox was deleted")
+	ErrBadRequest = errors.New("bad request")
+	ErrTooLarge   = errors.New("too large")
+	ErrLimit      = errors.New("limit reached")
+	ErrConflict   = errors.New("conflict")
+)
+
+// NotOwnerError: the sandbox belongs to another airlock process (a replica).
+type NotOwnerError struct {
+	ID, Owner string
+}
+
+func (e *NotOwnerError) Error() string {
+	return fmt.Sprintf("sandbox %s belongs to another airlock (%s): send its requests there", e.ID, e.Owner)
+}
+
+// Spec is what POST /v1/sandboxes asks for. Sizes take k/M/G suffixes; durations are Go
+// durations ("30m").
+type Spec struct {
+	ID          string            `json:"id,omitempty"`
+	Workspace   string            `json:"workspace,omitempty"` // DIR, DIR:ro or DIR:cow
+	Memory      string            `json:"memory,omitempty"`
+	Pids        int64             `json:"pids,omitempty"`
+	CPUs        float64           `json:"cpus,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+	Backend     string            `json:"backend,omitempty"` // native (default) or docker
+	Image       string            `json:"image,omitempty"`
+	TTL         string            `json:"ttl,omitempty"`
+	IdleTimeout string            `json:"idle_timeout,omitempty"`
+	// Timeout is the default limit of each command (0: none beyond the sandbox's life).
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// Info is what GET /v1/sandboxes[/{id}] shows.
+type Info struct {
+	ID          string            `json:"id"`
+	State       State             `json:"state"`
+	Owner       string            `json:"owner"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Backend     string            `json:"backend"`
+	Workspace   string            `json:"workspace,omitempty"`
+	Created     time.Time         `json:"created"`
+	Expires     time.Time         `json:"expires"`
+	IdleTimeout string            `json:"idle_timeout"`
+	LastActive  time.Time         `json:"last_active"`
+	Execs       int               `json:"execs"`
+	Running     int               `json:"running"`
+	Ended       time.Time         `json:"ended,omitzero"`
+	EndReason   string            `json:"end_reason,omitempty"`
+}
+
+// Options configure a Manager. Base carries what the server decides for every sandbox
+// (proxy, CA bundle, revoker, hidden paths, events, logger); a Spec never overrides it.
+type Options struct {
+	Base sandbox.Options
+	// Backend returns the backend for a spec's backend name and image; nil serves the
+	// native backend only.
+	Backend func(ctx context.Context, name, image string) (sandbox.Backend, error)
+	Decider Decider  // the exec phase; nil allows every command
+	Approve Approver // holds commands the policy sends for approval; nil refuses them
+	Auditor Auditor  // may be nil
+	Tracer  trace.Tracer
+	// Owner names this airlock to other replicas (its admin URL, or host:pid).
+	Owner    string
+	StateDir string // default DefaultStateDir
+	// Defaults and bounds of the sessions.
+	TTL, IdleTimeout, MaxTTL time.Duration
+	MaxSessions              int
+	MaxFileBytes             int64
+	// SweepInterval is how often ttl and idle timeouts are checked; default 1s.
+	SweepInterval time.Duration
+	// Started and Ended are told of each session's sandbox (for the report's request
+	// counts); either may be nil.
+	Started func(*sandbox.Sandbox)
+	Ended   func(id string)
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Manager owns the sessions of this airlock process.
+type Manager struct {
+	opts  Options
+	log   *slog.Logger
+	creds *Credentials
+	reg   *registry
+
+	mu        sync.Mutex
+	sessions  map[string]*Session
+	ended     map[string]*tombstone
+	endedList []string
+	closed    bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// tombstone is what is left of an ended session.
+type tombstone struct {
+	info   Info
+	report sandbox.Report
+	execs  map[string]*ExecResult
+}
+
+// New returns a Manager and starts its ttl and idle sweep. creds, shared with the proxy
+// (proxy.Options.Execs), attributes commands' requests; it may be nil.
+func New(o Options, creds *Credentials) (*Manager, error) {
+	if o.TTL <= 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = time.Second
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if creds == nil {
+		creds = NewCredentials()
+	}
+	reg, err := openRegistry(o.StateDir, o.Owner)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{opts: o, log: o.Logger.With("component", "sessions"), creds: creds, reg: reg,
+		sessions: map[string]*Session{}, ended: map[string]*tombstone{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go m.sweepLoop()
+	return m, nil
+}
+
+// Session is one live sandbox of a Manager.
+type Session struct {
+	m           *Manager
+	id          string
+	spec        Spec
+	sb          *sandbox.Sandbox
+	backend     string
+	created     time.Time
+	expires     time.Time
+	idle        time.Duration
+	execTimeout time.Duration
+
+	mu         sync.Mutex
+	state      State
+	lastActive time.Time
+	running    int
+	nexec      int
+	execs      map[string]*ExecResult
+	execOrder  []string
+	cancels    map[string]context.CancelFunc
+	endOnce    sync.Once
+	endDone    chan struct{}
+	report     sandbox.Report
+	endReason  string
+	endErr     error
+}
+
+// Create starts a sandbox for spec.
+func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
+	o, backendName, ttl, idle, execTimeout, err := m.options(spec)
+	if err != nil {
+		return Info{}, err
+	}
+	m.mu.Lock()
+	switch {
+	case m.closed:
+		m.mu.Unlock()
+		return Info{}, fmt.Errorf("%w: airlock is shutting down", ErrConflict)
+	case len(m.sessions) >= m.opts.MaxSessions:
+		m.mu.Unlock()
+		return Info{}, fmt.Errorf("%w: %d sandboxes are live (sessions.max_sessions); delete one first", ErrLimit, m.opts.MaxSessions)
+	}
+	if _, ok := m.sessions[o.ID]; ok {
+		m.mu.Unlock()
+		return Info{}, fmt.Errorf("%w: sandbox %s already exists", ErrConflict, o.ID)
+	}
+	// The place is taken now, so that two creates of one id do not both start.
+	m.sessions[o.ID] = nil
+	m.mu.Unlock()
+	release := func() {
+		m.mu.Lock()
+		delete(m.sessions, o.ID)
+		m.mu.Unlock()
+	}
+	if err := m.reg.claim(o.ID, backendName); err != nil {
+		release()
+		return Info{}, err
+	}
+	if backendName != "native" || m.opts.Backend != nil {
+		if m.opts.Backend == nil {
+			m.reg.release(o.ID)
+			release()
+			return Info{}, fmt.Errorf("%w: backend %q is not served here; want native", ErrBadRequest, backendName)
+		}
+		b, err := m.opts.Backend(ctx, backendName, spec.Image)
+		if err != nil {
+			m.reg.release(o.ID)
+			release()
+			return Info{}, fmt.Errorf("%w: backend %s: %v", ErrBadRequest, backendName, err)
+		}
+		o.Backend = b
+	}
+	sb, err := sandbox.New(context.WithoutCancel(ctx), o)
+	if err != nil {
+		m.reg.release(o.ID)
+		release()
+		return Info{}, err
+	}
+	if m.opts.Started != nil {
+		m.opts.Started(sb)
+	}
+	now := m.opts.Now()
+	s := &Session{m: m, id: sb.ID(), spec: spec, sb: sb, backend: backendName, created: now,
+		expires: now.Add(ttl), idle: idle, execTimeout: execTimeout, state: StateRunning, lastActive: now,
+		execs: map[string]*ExecResult{}, cancels: map[string]context.CancelFunc{}, endDone: make(chan struct{})}
+	m.mu.Lock()
+	m.sessions[s.id] = s
+	m.mu.Unlock()
+	m.log.Info("sandbox session created", "sandbox", s.id, "backend", backendName, "expires", s.expires)
+	return s.info(), nil
+}
+
+// options turns a spec into sandbox options on top of Base, validating every field.
+func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, idle, execTimeout time.Duration, err error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, a...))
+	}
+	o = m.opts.Base
+	o.ID = spec.ID
+	if spec.ID != "" {
+		if err := identity.CheckID(spec.ID); err != nil {
+			return o, "", 0, 0, 0, bad("id: %v", err)
+		}
+	}
+	if spec.Workspace != "" {
+		dir, mode, err := sandbox.ParseWorkspace(spec.Workspace)
+		if err != nil {
+			return o, "", 0, 0, 0, bad("workspace: %v", err)
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return o, "", 0, 0, 0, bad("workspace %s: not an existing directory on the airlock host", dir)
+		}
+		o.Workspace, o.WorkspaceMode = dir, mode
+	}
+	if spec.Memory != "" {
+		n, err := sandbox.ParseSize(spec.Memory)
+		if err != nil {
+			return o, "", 0, 0, 0, bad("memory: %v", err)
+		}
+		o.Memory = n
+	}
+	if spec.Pids < 0 || spec.CPUs < 0 || spec.CPUs != spec.CPUs {
+		return o, "", 0, 0, 0, bad("pids and cpus must be positive")
+	}
+	if spec.Pids > 0 {
+		o.Pids = spec.Pids
+	}
+	if spec.CPUs > 0 {
+		o.CPUs = spec.CPUs
+	}
+	if len(spec.Labels) > 0 {
+		o.Labels = maps.Clone(spec.Labels)
+	}
+	o.Env = slices.Clone(o.Env)
+	for _, k := range sortedKeys(spec.Env) {
+		if !validEnvName(k) {
+			return o, "", 0, 0, 0, bad("env: %q is not a variable name", k)
+		}
+		o.Env = append(o.Env, k+"="+spec.Env[k])
+	}
+	backend = spec.Backend
+	if backend == "" {
+		backend = "native"
+	}
+	switch backend {
+	case "native", "docker":
+	default:
+		return o, "", 0, 0, 0, bad("backend %q: want native or docker (kubernetes sandboxes are not served as sessions)", backend)
+	}
+	if spec.Image != "" && backend == "native" {
+		return o, "", 0, 0, 0, bad("image is for the docker backend; the native backend runs the host's root read-only")
+	}
+	dur := func(name, v string, def time.Duration) (time.Duration, error) {
+		if v == "" {
+			return def, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, bad("%s %q: want a positive duration such as 30m", name, v)
+		}
+		return d, nil
+	}
+	if ttl, err = dur("ttl", spec.TTL, m.opts.TTL); err != nil {
+		return o, "", 0, 0, 0, err
+	}
+	if m.opts.MaxTTL > 0 && ttl > m.opts.MaxTTL {
+		return o, "", 0, 0, 0, bad("ttl %s is longer than sessions.max_ttl %s", ttl, m.opts.MaxTTL)
+	}
+	if idle, err = dur("idle_timeout", spec.IdleTimeout, m.opts.IdleTimeout); err != nil {
+		return o, "", 0, 0, 0, err
+	}
+	if execTimeout, err = dur("timeout", spec.Timeout, 0); err != nil {
+		return o, "", 0, 0, 0, err
+	}
+	// A session's commands each have their own timeout; the sandbox has none of its own.
+	o.Timeout = 0
+	if o.ID == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		o.ID = "sbx-" + hex.EncodeToString(b[:])
+	}
+	return o, backend, ttl, idle, execTimeout, nil
+}
+
+// Get returns the session id: ErrGone for one that ended here, a NotOwnerError for one of
+// another airlock, ErrNotFound otherwise.
+func (m *Manager) Get(id string) (*Session, error) {
+	if err := identity.CheckID(id); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	m.mu.Lock()
+	s := m.sessions[id]
+	t := m.ended[id]
+	m.mu.Unlock()
+	switch {
+	case s != nil:
+		return s, nil
+	case t != nil:
+		return nil, fmt.Errorf("%w: sandbox %s ended at %s (%s)", ErrGone, id, t.info.Ended.Format(time.RFC3339), t.info.EndReason)
+	}
+	if owner, ok := m.reg.ownerOf(id); ok {
+		return nil, &NotOwnerError{ID: id, Owner: owner}
+	}
+	return nil, fmt.Errorf("%w: no sandbox %q on this airlock", ErrNotFound, id)
+}
+
+// Info returns the session's or the ended session's description.
+func (m *Manager) Info(id string) (Info, error) {
+	s, err := m.Get(id)
+	if err == nil {
+		return s.info(), nil
+	}
+	if t := m.tombstone(id); t != nil {
+		return t.info, nil
+	}
+	return Info{}, err
+}
+
+func (m *Manager) tombstone(id string) *tombstone {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ended[id]
+}
+
+// List describes the live sessions, oldest first.
+func (m *Manager) List() []Info {
+	m.mu.Lock()
+	var ss []*Session
+	for _, s := range m.sessions {
+		if s != nil {
+			ss = append(ss, s)
+		}
+	}
+	m.mu.Unlock()
+	out := make([]Info, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, s.info())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out
+}
+
+// Delete destroys the session and returns its report. Concurrent deletes wait for the
+// first and return the same report; a delete of an ended session returns its report.
+func (m *Manager) Delete(ctx context.Context, id string) (sandbox.Report, error) {
+	s, err := m.Get(id)
+	if err != nil {
+		if t := m.tombstone(id); t != nil {
+			return t.report, nil
+		}
+		return sandbox.Report{}, err
+	}
+	return s.end(ctx, "deleted")
+}
+
+// Report is the session's report so far, or the ended session's.
+func (m *Manager) Report(id string) (sandbox.Report, error) {
+	s, err := m.Get(id)
+	if err == nil {
+		return s.sb.Report(), nil
+	}
+	if t := m.tombstone(id); t != nil {
+		return t.report, nil
+	}
+	return sandbox.Report{}, err
+}
+
+// Close ends every session (airlock is stopping) and stops the sweep.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	var ss []*Session
+	for _, s := range m.sessions {
+		if s != nil {
+			ss = append(ss, s)
+		}
+	}
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.done
+	var errs []error
+	for _, s := range ss {
+		if _, err := s.end(ctx, "airlock stopped"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) sweepLoop() {
+	defer close(m.done)
+	t := time.NewTicker(m.opts.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.sweep()
+		}
+	}
+}
+
+// sweep ends the sessions past their ttl, and those idle (no command running, none for
+// idle_timeout) too long.
+func (m *Manager) sweep() {
+	now := m.opts.Now()
+	m.mu.Lock()
+	var due []*Session
+	var why []string
+	for _, s := range m.sessions {
+		if s == nil {
+			continue
+		}
+		s.mu.Lock()
+		switch {
+		case s.state != StateRunning:
+		case !now.Before(s.expires):
+			due, why = append(due, s), append(why, "ttl")
+		case s.running == 0 && now.Sub(s.lastActive) >= s.idle:
+			due, why = append(due, s), append(why, "idle_timeout")
+		}
+		s.mu.Unlock()
+	}
+	m.mu.Unlock()
+	for i, s := range due {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := s.end(ctx, why[i]); err != nil {
+				m.log.Error("ending a sandbox session failed", "sandbox", s.id, "reason", why[i], "err", err)
+			}
+		}()
+	}
+}
+
+// end destroys the session once; later calls wait for the first and share its result.
+func (s *Session) end(ctx context.Context, reason string) (sandbox.Report, error) {
+	s.endOnce.Do(func() {
+		s.mu.Lock()
+		s.state = StateEnding
+		s.endReason = reason
+		for _, c := range s.cancels {
+			c() // running commands end with the sandbox
+		}
+		s.mu.Unlock()
+		err := s.sb.Close(context.WithoutCancel(ctx))
+		s.m.creds.dropSandbox(s.id)
+		rep := s.sb.Report()
+		s.mu.Lock()
+		s.state = StateEnded
+		s.report = rep
+		s.endErr = err
+		execs := maps.Clone(s.execs)
+		s.mu.Unlock()
+		info := s.info()
+		info.Ended = s.m.opts.Now()
+		info.EndReason = reason
+		m := s.m
+		m.mu.Lock()
+		delete(m.sessions, s.id)
+		m.ended[s.id] = &tombstone{info: info, report: rep, execs: execs}
+		m.endedList = append(m.endedList, s.id)
+		if len(m.endedList) > maxTombstones {
+			delete(m.ended, m.endedList[0])
+			m.endedList = m.endedList[1:]
+		}
+		m.mu.Unlock()
+		m.reg.release(s.id)
+		if m.opts.Ended != nil {
+			m.opts.Ended(s.id)
+		}
+		m.log.Info("sandbox session ended", "sandbox", s.id, "reason", reason, "err", err)
+		close(s.endDone)
+	})
+	select {
+	case <-s.endDone:
+	case <-ctx.Done():
+		return sandbox.Report{}, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.report, s.endErr
+}
+
+func (s *Session) info() Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ws := s.spec.Workspace
+	return Info{ID: s.id, State: s.state, Owner: s.m.reg.owner, Labels: s.spec.Labels, Backend: s.backend,
+		Workspace: ws, Created: s.created, Expires: s.expires, IdleTimeout: s.idle.String(),
+		LastActive: s.lastActive, Execs: s.nexec, Running: s.running, EndReason: s.endReason}
+}
+
+// touch records activity (an exec or a file operation) against the idle timeout.
+func (s *Session) touch() {
+	s.mu.Lock()
+	s.lastActive = s.m.opts.Now()
+	s.mu.Unlock()
+}
+
+// Sandbox is the session's sandbox (for changes and patches).
+func (s *Session) Sandbox() *sandbox.Sandbox { return s.sb }
+
+// ID is the session's sandbox id.
+func (s *Session) ID() string { return s.id }
+
+func sortedKeys(m map[string]string) []string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.Sort(keys)
+	return keys
+}
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// statusOf maps an error of this package to an HTTP status, in one place.
+func statusOf(err error) int {
+	var no *NotOwnerError
+	switch {
+	case errors.As(err, &no):
+		return http.StatusConflict
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrGone), errors.Is(err, sandbox.ErrClosed):
+		return http.StatusGone
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrLimit):
+		return http.StatusTooManyRequests
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict
+	}
+	return http.StatusInternalServerError
+}
