@@ -52,13 +52,14 @@ CREATE INDEX IF NOT EXISTS airlock_approvals_created ON airlock_approvals (creat
 var addedColumns = [...][2]string{
 	{"headers", "TEXT NOT NULL DEFAULT '{}'"},
 	{"warnings", "TEXT NOT NULL DEFAULT '[]'"},
+	{"calls", "TEXT NOT NULL DEFAULT 'null'"},
 	// body is the exact held body; NULL once it is not kept (expired, disconnected).
 	{"body", "BLOB"},
 }
 
 const columns = `id, state, sandbox, labels, method, url, content_type, body_preview, body_size,
 	body_truncated, body_sha256, request_sha256, rule, reason, credentials, created, expires,
-	decided_by, decided_at, comment, retry_of, reused_by, headers, warnings`
+	decided_by, decided_at, comment, retry_of, reused_by, headers, warnings, calls`
 
 // migrate creates the schema and adds the columns an older store lacks. blob is the
 // dialect's byte-string type; hasColumn reports whether airlock_approvals has a column.
@@ -115,8 +116,8 @@ func fromNanos(n int64) time.Time {
 }
 
 func (s *sqlStore) Create(ctx context.Context, r Record, body []byte) error {
-	var enc [4][]byte
-	for i, v := range []any{r.Labels, r.Credentials, r.Headers, r.Warnings} {
+	var enc [5][]byte
+	for i, v := range []any{r.Labels, r.Credentials, r.Headers, r.Warnings, r.Calls} {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("store approval %s: %w", r.ID, err)
@@ -127,11 +128,11 @@ func (s *sqlStore) Create(ctx context.Context, r Record, body []byte) error {
 		body = []byte{} // kept, and empty: NULL means "not kept"
 	}
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO airlock_approvals (`+columns+`, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		r.ID, r.State, r.Sandbox, string(enc[0]), r.Method, r.URL, r.ContentType, r.BodyPreview,
 		r.BodySize, r.BodyTruncated, r.BodySHA256, r.RequestSHA256, r.Rule, r.Reason,
 		string(enc[1]), nanos(r.Created), nanos(r.Expires), r.DecidedBy, nanos(r.DecidedAt),
-		r.Comment, r.RetryOf, r.ReusedBy, string(enc[2]), string(enc[3]), body)
+		r.Comment, r.RetryOf, r.ReusedBy, string(enc[2]), string(enc[3]), string(enc[4]), body)
 	if err != nil {
 		return fmt.Errorf("store approval %s: %w", r.ID, err)
 	}
@@ -164,14 +165,14 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanRecord(sc scanner) (Record, error) {
 	var (
-		r                                Record
-		labels, creds, headers, warnings string
-		created, expires, decidedAt      int64
+		r                                       Record
+		labels, creds, headers, warnings, calls string
+		created, expires, decidedAt             int64
 	)
 	err := sc.Scan(&r.ID, &r.State, &r.Sandbox, &labels, &r.Method, &r.URL, &r.ContentType,
 		&r.BodyPreview, &r.BodySize, &r.BodyTruncated, &r.BodySHA256, &r.RequestSHA256, &r.Rule,
 		&r.Reason, &creds, &created, &expires, &r.DecidedBy, &decidedAt, &r.Comment, &r.RetryOf,
-		&r.ReusedBy, &headers, &warnings)
+		&r.ReusedBy, &headers, &warnings, &calls)
 	if err != nil {
 		return Record{}, err
 	}
@@ -180,7 +181,7 @@ func scanRecord(sc scanner) (Record, error) {
 		src  string
 		dst  any
 	}{{"labels", labels, &r.Labels}, {"credentials", creds, &r.Credentials},
-		{"headers", headers, &r.Headers}, {"warnings", warnings, &r.Warnings}} {
+		{"headers", headers, &r.Headers}, {"warnings", warnings, &r.Warnings}, {"calls", calls, &r.Calls}} {
 		if err := json.Unmarshal([]byte(f.src), f.dst); err != nil {
 			return Record{}, fmt.Errorf("approval %s: %s: %w", r.ID, f.name, err)
 		}
