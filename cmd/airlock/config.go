@@ -116,6 +116,9 @@ type LimitsConfig struct {
 	UpstreamHeaderTimeout time.Duration `yaml:"upstream_header_timeout"`
 	MaxInFlightPerSandbox int           `yaml:"max_inflight_per_sandbox"`
 	MaxConnsPerListener   int           `yaml:"max_conns_per_listener"`
+	// MaxPolicyBodyBytes bounds the body of a request to a body-aware destination
+	// (data.body_aware in the policy); default 1 MiB, larger bodies get 413.
+	MaxPolicyBodyBytes int64 `yaml:"max_policy_body_bytes"`
 }
 
 // TelemetryConfig tunes spans; where they go is set by the standard OTEL_* variables.

@@ -172,6 +172,7 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	fan.metrics = s.telemetry.Metrics()
 	opts := proxy.Options{
 		Decider:        decider,
+		BodyAware:      s.engine,
 		CA:             s.ca,
 		Credentials:    creds,
 		Approver:       s.approvals,
@@ -187,6 +188,7 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 			ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
 			UpstreamHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
 			MaxInFlightPerSandbox: cfg.Limits.MaxInFlightPerSandbox, MaxConnsPerListener: cfg.Limits.MaxConnsPerListener,
+			MaxPolicyBodyBytes:     cfg.Limits.MaxPolicyBodyBytes,
 			MaxHeldPerSandbox:      cfg.Approvals.MaxPendingPerSandbox,
 			MaxHeldBytesPerSandbox: int64(cfg.Approvals.MaxHeldBytesPerSandbox),
 			MaxHeldBytes:           int64(cfg.Approvals.MaxHeldBytes),
