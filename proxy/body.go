@@ -113,20 +113,26 @@ func (p *Proxy) readBounded(r *http.Request) ([]byte, *refusal) {
 	if r.ContentLength > max {
 		return nil, tooLarge
 	}
-	var buf bytes.Buffer
+	var body []byte
+	var err error
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, max+1))
-	if n > max {
-		return nil, tooLarge
+		// Known length: one exact read (the server's body reader stops at the length).
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		var buf bytes.Buffer
+		var n int64
+		n, err = buf.ReadFrom(io.LimitReader(r.Body, max+1))
+		if n > max {
+			return nil, tooLarge
+		}
+		body = buf.Bytes()
 	}
 	if err != nil {
 		return nil, &refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol", class: "bad_request",
 			reason: "could not read the request body: " + err.Error()}
 	}
 	r.Body.Close()
-	body := buf.Bytes()
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	r.TransferEncoding = nil

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Kind is the JSON type of a Value.
@@ -102,7 +103,8 @@ func (e *SyntaxError) Error() string {
 func (e *SyntaxError) Unwrap() error { return e.Err }
 
 // Parse parses one JSON document (surrounding whitespace allowed, nothing else). Values
-// keep references into b: b must not change afterwards. maxDepth 0 is DefaultMaxDepth.
+// keep references into b (Raw, and the text of strings without escapes and of numbers): b
+// must not change afterwards. maxDepth 0 is DefaultMaxDepth.
 func Parse(b []byte, maxDepth int) (*Value, error) {
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxDepth
@@ -118,7 +120,7 @@ func Parse(b []byte, maxDepth int) (*Value, error) {
 		}
 		return nil, &SyntaxError{Offset: off, Msg: "the body is not valid UTF-8", Err: ErrInvalidUTF8}
 	}
-	p := parser{b: b, max: maxDepth}
+	p := parser{b: b, max: maxDepth, vals: make([]Value, 0, 32), keys: make([]string, 0, 32)}
 	p.skipSpace()
 	v := new(Value)
 	if err := p.value(v, 0); err != nil {
@@ -135,6 +137,10 @@ type parser struct {
 	b   []byte
 	i   int
 	max int
+	// Members of the containers being parsed, innermost last: a container's members are
+	// copied into one exactly sized slice when it closes, instead of growing a slice each.
+	vals []Value
+	keys []string
 }
 
 func (p *parser) fail(msg string, err error) error {
@@ -182,7 +188,7 @@ func (p *parser) value(v *Value, depth int) error {
 		if err := p.number(); err != nil {
 			return err
 		}
-		v.Kind, v.Str = Number, string(p.b[start:p.i])
+		v.Kind, v.Str = Number, unsafe.String(unsafe.SliceData(p.b[start:]), p.i-start)
 	case p.lit("true"):
 		v.Kind, v.Str = Bool, "true"
 	case p.lit("false"):
@@ -212,6 +218,7 @@ func (p *parser) object(v *Value, depth int) error {
 		p.i++
 		return nil
 	}
+	mark := len(p.vals)
 	var seen map[string]struct{} // for large objects: a linear scan would be quadratic
 	for {
 		p.skipSpace()
@@ -224,14 +231,14 @@ func (p *parser) object(v *Value, depth int) error {
 			return err
 		}
 		dup := false
-		if seen == nil && len(v.Keys) < 16 {
-			for _, s := range v.Keys {
+		if members := p.keys[mark:]; seen == nil && len(members) < 16 {
+			for _, s := range members {
 				dup = dup || s == k
 			}
 		} else {
 			if seen == nil {
-				seen = make(map[string]struct{}, 2*len(v.Keys))
-				for _, s := range v.Keys {
+				seen = make(map[string]struct{}, 2*len(members))
+				for _, s := range members {
 					seen[s] = struct{}{}
 				}
 			}
@@ -247,11 +254,12 @@ func (p *parser) object(v *Value, depth int) error {
 		}
 		p.i++
 		p.skipSpace()
-		v.Keys = append(v.Keys, k)
-		v.Elems = append(v.Elems, Value{})
-		if err := p.value(&v.Elems[len(v.Elems)-1], depth); err != nil {
+		var m Value
+		if err := p.value(&m, depth); err != nil {
 			return err
 		}
+		p.keys = append(p.keys, k)
+		p.vals = append(p.vals, m)
 		p.skipSpace()
 		if p.i >= len(p.b) {
 			return p.fail("unexpected end of input in object", nil)
@@ -261,6 +269,9 @@ func (p *parser) object(v *Value, depth int) error {
 			p.i++
 		case '}':
 			p.i++
+			v.Keys = append([]string(nil), p.keys[mark:]...)
+			v.Elems = append([]Value(nil), p.vals[mark:]...)
+			p.keys, p.vals = p.keys[:mark], p.vals[:mark]
 			return nil
 		default:
 			return p.fail("expected ',' or '}' in object", nil)
@@ -276,12 +287,15 @@ func (p *parser) array(v *Value, depth int) error {
 		p.i++
 		return nil
 	}
+	mark := len(p.vals)
 	for {
 		p.skipSpace()
-		v.Elems = append(v.Elems, Value{})
-		if err := p.value(&v.Elems[len(v.Elems)-1], depth); err != nil {
+		var e Value
+		if err := p.value(&e, depth); err != nil {
 			return err
 		}
+		p.vals = append(p.vals, e)
+		p.keys = append(p.keys, "") // keeps keys and vals the same length
 		p.skipSpace()
 		if p.i >= len(p.b) {
 			return p.fail("unexpected end of input in array", nil)
@@ -291,6 +305,8 @@ func (p *parser) array(v *Value, depth int) error {
 			p.i++
 		case ']':
 			p.i++
+			v.Elems = append([]Value(nil), p.vals[mark:]...)
+			p.keys, p.vals = p.keys[:mark], p.vals[:mark]
 			return nil
 		default:
 			return p.fail("expected ',' or ']' in array", nil)
@@ -343,7 +359,8 @@ func (p *parser) str() (string, error) {
 	for p.i < len(p.b) {
 		c := p.b[p.i]
 		if c == '"' {
-			s := string(p.b[start:p.i])
+			// The document's bytes do not change (Parse's contract): the string shares them.
+			s := unsafe.String(unsafe.SliceData(p.b[start:]), p.i-start)
 			p.i++
 			return s, nil
 		}
