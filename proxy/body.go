@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -198,6 +199,9 @@ func viewOf(v *jsondoc.Value) (bodyCall, *refusal) {
 		return c, nil
 	}
 	if q := v.Get("query"); q != nil {
+		if err := caseConfusable(v, "query", "operationName"); err != nil {
+			return c, badBody(http.StatusBadRequest, err.Error())
+		}
 		query, ok := q.String()
 		if !ok {
 			return c, badBody(http.StatusBadRequest, `the GraphQL "query" is not a string`)
@@ -224,6 +228,9 @@ func mcpView(v, rpc *jsondoc.Value) (*rego.MCPInput, error) {
 	if s, ok := rpc.String(); !ok || s != "2.0" {
 		return nil, errors.New(`"jsonrpc" is not "2.0"`)
 	}
+	if err := caseConfusable(v, "jsonrpc", "method", "params", "id", "result", "error"); err != nil {
+		return nil, err
+	}
 	m := &rego.MCPInput{}
 	if meth := v.Get("method"); meth != nil {
 		s, ok := meth.String()
@@ -244,6 +251,9 @@ func mcpView(v, rpc *jsondoc.Value) (*rego.MCPInput, error) {
 	params := v.Get("params")
 	if params == nil || params.Kind != jsondoc.Object {
 		return nil, errors.New(`a tools/call has no "params" object`)
+	}
+	if err := caseConfusable(params, "name", "arguments"); err != nil {
+		return nil, err
 	}
 	name, ok := params.Get("name").String()
 	if !ok {
@@ -280,4 +290,18 @@ func approvalCall(c bodyCall, d rego.Decision) approval.Call {
 		out.Kind = approval.CallJSON
 	}
 	return out
+}
+
+// caseConfusable refuses an object with a key that matches one of names only when case is
+// ignored ("Method", "NAME", "\u017Fuery" with a long s): Go's encoding/json matches struct
+// fields that way, so a server could read a key the policy never looked at.
+func caseConfusable(v *jsondoc.Value, names ...string) error {
+	for _, k := range v.Keys {
+		for _, n := range names {
+			if k != n && strings.EqualFold(k, n) {
+				return fmt.Errorf("the key %q differs from %q only in case, and servers may read it as that", k, n)
+			}
+		}
+	}
+	return nil
 }

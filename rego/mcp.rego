@@ -7,7 +7,7 @@
 # call (the strictest decision wins).
 #
 # - GET (the server's SSE stream) and DELETE (end of session) on the endpoint: allowed.
-# - Protocol messages (initialize, ping, the list and read methods, notifications) and
+# - Protocol messages (initialize, server/discover, ping, the list and read methods, notifications) and
 #   responses to the server's own requests: allowed.
 # - tools/call of a tool in read_tools: allowed (mcp.read-tool); of any other tool: held
 #   for approval (mcp.write-tool), the approver sees the tool and its arguments.
@@ -19,7 +19,7 @@ mcp_approval_timeout := "10m"
 
 # JSON-RPC methods that only read or manage the session.
 mcp_protocol_methods := {
-	"initialize", "ping",
+	"initialize", "server/discover", "ping",
 	"tools/list", "resources/list", "resources/templates/list", "resources/read",
 	"prompts/list", "prompts/get", "completion/complete", "logging/setLevel",
 }
