@@ -109,7 +109,7 @@ func TestMCPClientInSandbox(t *testing.T) {
 	if err != nil {
 		t.Skip("no system CA bundle")
 	}
-	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-mcp", Proxy: p, CABundle: append(append(sys, '\n'), airCA.CertPEM()...),
+	sb, err := sandbox.New(ctx, sandbox.Options{ID: fmt.Sprintf("sbx-mcp-%d", os.Getpid()), Proxy: p, CABundle: append(append(sys, '\n'), airCA.CertPEM()...),
 		Workspace: workspace, Timeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
