@@ -63,7 +63,10 @@ func TestMCPClientInSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewUnstartedServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	// The server listens on loopback but is reached by the name mcp.test, as a real server
+	// would be: the SDK's DNS-rebinding guard for loopback servers is off for that.
+	up := httptest.NewUnstartedServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{DisableLocalhostProtection: true}))
 	up.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return upCA.Leaf(h.ServerName) }}
 	up.StartTLS()
 	t.Cleanup(up.Close)
@@ -143,7 +146,12 @@ func TestMCPClientInSandbox(t *testing.T) {
 	if strings.Join(ran, ",") != "get_issue,update_issue" {
 		t.Errorf("the server ran %v, want get_issue then update_issue (drop_database denied by the approver)", ran)
 	}
-	rec := <-seen
+	var rec approval.Record
+	select {
+	case rec = <-seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing was held for approval")
+	}
 	if rec.Rule != "mcp.write-tool" || rec.Calls[0].Method != "tools/call" {
 		t.Errorf("held record: rule %q calls %+v", rec.Rule, rec.Calls)
 	}
