@@ -23,6 +23,9 @@ type Request struct {
 	Reason  string
 	Creds   []string      // credential names, attached only after approval
 	Timeout time.Duration // 0: the configured default
+	// Calls are what the body does, for destinations whose bodies the policy reads (MCP
+	// tool calls, GraphQL operations), with the policy's decision on each.
+	Calls []Call
 }
 
 // Result is how a held request ended.

@@ -116,6 +116,7 @@ func (s *Service) newRecord(r Request, now time.Time) Record {
 		URL:           r.URL,
 		Headers:       headers,
 		Warnings:      Warnings(r.Method, r.URL, r.Header, r.Body),
+		Calls:         r.Calls,
 		ContentType:   r.Header.Get("Content-Type"),
 		BodyPreview:   preview,
 		BodySize:      int64(len(r.Body)),

@@ -101,6 +101,16 @@ func slackText(r Record, page string, suppressed int) string {
 		fmt.Fprintf(&b, ": %s", slackEscape(r.Reason))
 	}
 	fmt.Fprintf(&b, ". %d byte body, %d headers, id %s, expires %s.", r.BodySize, len(r.Headers), r.ID, r.Expires.Format(time.RFC3339))
+	for _, c := range r.Calls {
+		fmt.Fprintf(&b, "\nCall (%s): %s", slackEscape(c.Action), slackEscape(c.Summary()))
+		if len(c.Arguments) > 0 {
+			args := string(c.Arguments)
+			if len(args) > maxShownArguments {
+				args = strings.ToValidUTF8(args[:maxShownArguments], "") + "…"
+			}
+			fmt.Fprintf(&b, " arguments %s", slackEscape(args))
+		}
+	}
 	for _, w := range r.Warnings {
 		fmt.Fprintf(&b, "\nWARNING: %s", slackEscape(w))
 	}

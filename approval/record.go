@@ -66,12 +66,16 @@ type Record struct {
 	Headers http.Header `json:"headers"`
 	// Warnings call out what changes the request's meaning at the upstream beyond method and
 	// URL: method-override headers and parameters, routing headers, encoded bodies, upgrades.
-	Warnings      []string `json:"warnings,omitempty"`
-	ContentType   string   `json:"content_type,omitempty"`
-	BodyPreview   string   `json:"body_preview"` // "" once the record has ended
-	BodySize      int64    `json:"body_size"`
-	BodyTruncated bool     `json:"body_truncated,omitempty"`
-	BodySHA256    string   `json:"body_sha256"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Calls are the tool calls or GraphQL operation the body makes, as the policy saw them
+	// (destinations whose bodies the policy reads); the body itself is what is approved.
+	// Their arguments are dropped once the record has ended.
+	Calls         []Call `json:"calls,omitempty"`
+	ContentType   string `json:"content_type,omitempty"`
+	BodyPreview   string `json:"body_preview"` // "" once the record has ended
+	BodySize      int64  `json:"body_size"`
+	BodyTruncated bool   `json:"body_truncated,omitempty"`
+	BodySHA256    string `json:"body_sha256"`
 	// RequestSHA256 binds the approval to method, URL, every forwarded header and the body
 	// (RequestHash).
 	RequestSHA256 string    `json:"request_sha256"`
@@ -100,6 +104,14 @@ func (r Record) Ended() Record {
 	}
 	r.Headers = h
 	r.BodyPreview = ""
+	if len(r.Calls) > 0 {
+		calls := make([]Call, len(r.Calls))
+		for i, c := range r.Calls {
+			c.Arguments = nil
+			calls[i] = c
+		}
+		r.Calls = calls
+	}
 	return r
 }
 

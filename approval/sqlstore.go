@@ -53,13 +53,14 @@ CREATE INDEX IF NOT EXISTS airlock_approvals_decided ON airlock_approvals (decid
 var addedColumns = [...][2]string{
 	{"headers", "TEXT NOT NULL DEFAULT '{}'"},
 	{"warnings", "TEXT NOT NULL DEFAULT '[]'"},
+	{"calls", "TEXT NOT NULL DEFAULT 'null'"},
 	// body is the exact held body; NULL once it is not kept (expired, disconnected).
 	{"body", "BLOB"},
 }
 
 const columns = `id, state, sandbox, labels, method, url, content_type, body_preview, body_size,
 	body_truncated, body_sha256, request_sha256, rule, reason, credentials, created, expires,
-	decided_by, decided_at, comment, retry_of, reused_by, headers, warnings`
+	decided_by, decided_at, comment, retry_of, reused_by, headers, warnings, calls`
 
 // migrate creates the schema and adds the columns an older store lacks. blob is the
 // dialect's byte-string type; hasColumn reports whether airlock_approvals has a column.
@@ -116,7 +117,7 @@ func fromNanos(n int64) time.Time {
 }
 
 func (s *sqlStore) Create(ctx context.Context, r Record, body []byte) error {
-	var enc [4][]byte
+	var enc [5][]byte
 	var kept any = body
 	switch {
 	case r.State != StatePending:
@@ -126,7 +127,7 @@ func (s *sqlStore) Create(ctx context.Context, r Record, body []byte) error {
 	case body == nil:
 		kept = []byte{} // kept, and empty: NULL means "not kept"
 	}
-	for i, v := range []any{r.Labels, r.Credentials, r.Headers, r.Warnings} {
+	for i, v := range []any{r.Labels, r.Credentials, r.Headers, r.Warnings, r.Calls} {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("store approval %s: %w", r.ID, err)
@@ -134,11 +135,11 @@ func (s *sqlStore) Create(ctx context.Context, r Record, body []byte) error {
 		enc[i] = b
 	}
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO airlock_approvals (`+columns+`, body)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		r.ID, r.State, r.Sandbox, string(enc[0]), r.Method, r.URL, r.ContentType, r.BodyPreview,
 		r.BodySize, r.BodyTruncated, r.BodySHA256, r.RequestSHA256, r.Rule, r.Reason,
 		string(enc[1]), nanos(r.Created), nanos(r.Expires), r.DecidedBy, nanos(r.DecidedAt),
-		r.Comment, r.RetryOf, r.ReusedBy, string(enc[2]), string(enc[3]), kept)
+		r.Comment, r.RetryOf, r.ReusedBy, string(enc[2]), string(enc[3]), string(enc[4]), kept)
 	if err != nil {
 		return fmt.Errorf("store approval %s: %w", r.ID, err)
 	}
@@ -171,14 +172,14 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanRecord(sc scanner) (Record, error) {
 	var (
-		r                                Record
-		labels, creds, headers, warnings string
-		created, expires, decidedAt      int64
+		r                                       Record
+		labels, creds, headers, warnings, calls string
+		created, expires, decidedAt             int64
 	)
 	err := sc.Scan(&r.ID, &r.State, &r.Sandbox, &labels, &r.Method, &r.URL, &r.ContentType,
 		&r.BodyPreview, &r.BodySize, &r.BodyTruncated, &r.BodySHA256, &r.RequestSHA256, &r.Rule,
 		&r.Reason, &creds, &created, &expires, &r.DecidedBy, &decidedAt, &r.Comment, &r.RetryOf,
-		&r.ReusedBy, &headers, &warnings)
+		&r.ReusedBy, &headers, &warnings, &calls)
 	if err != nil {
 		return Record{}, err
 	}
@@ -187,7 +188,7 @@ func scanRecord(sc scanner) (Record, error) {
 		src  string
 		dst  any
 	}{{"labels", labels, &r.Labels}, {"credentials", creds, &r.Credentials},
-		{"headers", headers, &r.Headers}, {"warnings", warnings, &r.Warnings}} {
+		{"headers", headers, &r.Headers}, {"warnings", warnings, &r.Warnings}, {"calls", calls, &r.Calls}} {
 		if err := json.Unmarshal([]byte(f.src), f.dst); err != nil {
 			return Record{}, fmt.Errorf("approval %s: %s: %w", r.ID, f.name, err)
 		}
@@ -277,13 +278,18 @@ func (s *sqlStore) Decide(ctx context.Context, id string, d Decision) (Record, e
 // record never change, so those read before are the ones replaced. It returns the number of
 // records changed (0: someone else ended it first).
 func (s *sqlStore) end(ctx context.Context, cur Record, d Decision) (int64, error) {
-	headers, err := json.Marshal(cur.Ended().Headers)
+	ended := cur.Ended()
+	headers, err := json.Marshal(ended.Headers)
+	if err != nil {
+		return 0, err
+	}
+	calls, err := json.Marshal(ended.Calls)
 	if err != nil {
 		return 0, err
 	}
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE airlock_approvals
-		SET state = ?, decided_by = ?, comment = ?, decided_at = ?, body = NULL, body_preview = '', headers = ?
-		WHERE id = ? AND state = ?`), d.State, d.By, d.Comment, nanos(d.At), string(headers), cur.ID, StatePending)
+		SET state = ?, decided_by = ?, comment = ?, decided_at = ?, body = NULL, body_preview = '', headers = ?, calls = ?
+		WHERE id = ? AND state = ?`), d.State, d.By, d.Comment, nanos(d.At), string(headers), string(calls), cur.ID, StatePending)
 	if err != nil {
 		return 0, err
 	}

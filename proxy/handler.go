@@ -11,6 +11,7 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/rego"
@@ -45,6 +46,9 @@ type reqState struct {
 	// scrub is the response's scrubber once credentials are attached; finish counts its
 	// redactions.
 	scrub secrets.Scrubber
+	// calls are the calls a body-aware request's body holds, with their decisions: shown to
+	// approvers.
+	calls []approval.Call
 }
 
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -101,6 +105,54 @@ func (p *Proxy) decide(st *reqState, in *rego.Input) (rego.Decision, error) {
 	}
 	done("")
 	return d, nil
+}
+
+// decideCalls asks the policy once for a request, or, for a body-aware request, once per
+// call its body holds (each call's input has that call's body and view): the strictest
+// decision wins (deny, then approve, then allow; the first of equals). A batch's winning
+// decision says which call it is about; its response may reflect credentials if any call's
+// may, and it may upgrade only if every call's may. The calls are kept (with their
+// decisions) for the approval page.
+func (p *Proxy) decideCalls(st *reqState, in *rego.Input, calls []bodyCall) (rego.Decision, error) {
+	if len(calls) == 0 {
+		return p.decide(st, in)
+	}
+	var win rego.Decision
+	won := -1
+	reflects, upgrade := false, true
+	st.calls = make([]approval.Call, len(calls))
+	for i, c := range calls {
+		ci := *in
+		ci.Request.Body, ci.Request.MCP, ci.Request.GraphQL = c.body, c.mcp, c.graphql
+		d, err := p.decide(st, &ci)
+		if err != nil {
+			return rego.Decision{}, err
+		}
+		st.calls[i] = approvalCall(c, d)
+		reflects = reflects || d.MayReflect()
+		upgrade = upgrade && d.Upgrade
+		if won < 0 || strictness(d) > strictness(win) {
+			win, won = d, i
+		}
+	}
+	if len(calls) > 1 {
+		win.Reason = "batch call " + strconv.Itoa(won) + " (" + st.calls[won].Summary() + "): " + win.Reason
+		win.Reflects = &reflects
+		win.Upgrade = upgrade
+	}
+	return win, nil
+}
+
+// strictness orders decisions: deny (or anything that is not allow or approve) beats
+// approve, which beats allow.
+func strictness(d rego.Decision) int {
+	switch {
+	case d.Allows():
+		return 0
+	case d.NeedsApproval():
+		return 1
+	}
+	return 2
 }
 
 // policyUnavailable is the answer when the policy could not decide: fail closed.
@@ -246,7 +298,15 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	// other hop-by-hop headers) are gone before the policy input is built, so a rule can never
 	// decide on a header that is not sent, nor miss one that is.
 	forwardForm(r.Header, p.gp.KeepAcceptEncoding)
-	dec, err := p.decide(st, requestInput(id, r, t))
+	var calls []bodyCall
+	if p.opts.BodyAware != nil && p.opts.BodyAware.BodyAware(t.host, t.path) {
+		var f *refusal
+		if calls, f = p.readPolicyBody(r, t); f != nil {
+			p.discardBody(r)
+			return refuse(*f)
+		}
+	}
+	dec, err := p.decideCalls(st, requestInput(id, r, t), calls)
 	if err != nil {
 		p.log.Error("policy evaluation failed", "phase", "request", "sandbox", id.ID, "host", t.host, "err", err)
 		return refuse(policyUnavailable(err))

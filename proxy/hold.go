@@ -61,6 +61,7 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 		Reason:    dec.Reason,
 		Creds:     dec.Credentials,
 		Timeout:   time.Duration(dec.Approval.Timeout),
+		Calls:     st.calls,
 	})
 	st.ev.ApprovalID = res.ID
 	if res.State.ByApprover() {

@@ -27,7 +27,11 @@ import (
 // proxy then fails closed where the hook would be needed (a decision naming credentials with
 // no CredentialSource, an approve decision with no Approver).
 type Options struct {
-	Decider     Decider
+	Decider Decider
+	// BodyAware names the destinations whose JSON bodies the policy reads (body, mcp and
+	// graphql in the input). nil: the Decider's, if it implements BodyAwareness (as
+	// *rego.Engine does); otherwise no destination is body-aware.
+	BodyAware   BodyAwareness
 	CA          *ca.CA
 	Credentials CredentialSource
 	Approver    Approver
@@ -52,8 +56,11 @@ type Options struct {
 
 // Limits bound what one client can make the proxy hold.
 type Limits struct {
-	MaxHeaderBytes        int           // request header bytes; default 64 KiB
-	MaxBodyBytes          int64         // bodies buffered for approval; default 1 MiB (larger: 413)
+	MaxHeaderBytes int   // request header bytes; default 64 KiB
+	MaxBodyBytes   int64 // bodies buffered for approval; default 1 MiB (larger: 413)
+	// MaxPolicyBodyBytes bounds the body of a request to a body-aware destination, read
+	// whole before the policy is asked; default 1 MiB (larger: 413).
+	MaxPolicyBodyBytes    int64
 	ReadHeaderTimeout     time.Duration // default 10s
 	IdleTimeout           time.Duration // a connection silent this long is closed; default 5m
 	UpstreamHeaderTimeout time.Duration // wait for upstream response headers; default 60s
@@ -82,6 +89,9 @@ func (l *Limits) setDefaults() {
 	}
 	if l.MaxBodyBytes <= 0 {
 		l.MaxBodyBytes = 1 << 20
+	}
+	if l.MaxPolicyBodyBytes <= 0 {
+		l.MaxPolicyBodyBytes = 1 << 20
 	}
 	if l.ReadHeaderTimeout <= 0 {
 		l.ReadHeaderTimeout = 10 * time.Second
@@ -139,6 +149,9 @@ func New(opts Options) (*Proxy, error) {
 		return nil, errors.New("proxy: Options.CA is required")
 	}
 	opts.Limits.setDefaults()
+	if opts.BodyAware == nil {
+		opts.BodyAware, _ = opts.Decider.(BodyAwareness)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/airlock-proxy/airlock/internal/jsondoc"
 )
 
 // maxCached bounds the decision cache; when full it is emptied and refilled.
@@ -66,7 +68,7 @@ func (dc *decisionCache) put(key cacheKey, d Decision) {
 
 // key is the cache key of in.
 func (dc *decisionCache) key(in *Input) cacheKey {
-	var buf [512]byte // most inputs fit: no allocation
+	var buf [512]byte // most inputs without a body fit: no allocation
 	return sha256.Sum256(canonicalInput(buf[:0], in, dc.use))
 }
 
@@ -97,7 +99,44 @@ func canonicalInput(b []byte, in *Input, use inputUse) []byte {
 	}
 	b = appendMultiValue(b, query)
 	b = appendMultiValue(b, headers)
+	// A body-aware request: the body by its exact bytes (they determine the parsed document),
+	// each view behind a presence byte, so that absent and empty differ as in the document.
+	var body *jsondoc.Value
+	if use.body {
+		body = r.Body
+	}
+	b = appendJSON(b, body)
+	if m := r.MCP; m == nil {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = appendString(b, m.Method)
+		b = appendString(b, m.Tool)
+		b = appendJSON(b, m.Arguments)
+		b = appendJSON(b, m.ID)
+	}
+	if g := r.GraphQL; g == nil {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = appendString(b, string(g.OperationType))
+		b = appendString(b, g.OperationName)
+		b = binary.AppendUvarint(b, uint64(len(g.RootFields)))
+		for _, f := range g.RootFields {
+			b = appendString(b, f)
+		}
+	}
 	return b
+}
+
+// appendJSON encodes a parsed JSON value by its exact bytes: a document is a function of
+// them. nil (and the zero Value, which inputValue leaves out too) encode as empty, which no
+// JSON value is.
+func appendJSON(b []byte, v *jsondoc.Value) []byte {
+	if v == nil || v.Kind == 0 {
+		return appendString(b, "")
+	}
+	return append(binary.AppendUvarint(b, uint64(len(v.Raw))), v.Raw...)
 }
 
 func appendString(b []byte, s string) []byte {

@@ -9,7 +9,18 @@ import (
 	"slices"
 	"testing"
 	"testing/quick"
+
+	"github.com/airlock-proxy/airlock/internal/jsondoc"
 )
+
+func mustJSON(t testing.TB, s string) *jsondoc.Value {
+	t.Helper()
+	v, err := jsondoc.Parse([]byte(s), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
 
 // confusable are pairs of inputs the policy sees differently whose fields hold the bytes a
 // separator-joined key would use: each pair must get two keys.
@@ -44,6 +55,21 @@ var confusable = []struct {
 	{"two values and one holding both",
 		func(in *Input) { in.Request.Query = map[string][]string{"a": {"", ""}} },
 		func(in *Input) { in.Request.Query = map[string][]string{"a": {""}} }},
+	{"mcp tool holding the arguments",
+		func(in *Input) { in.Request.MCP = &MCPInput{Tool: "a\x01{}"} },
+		func(in *Input) {
+			in.Request.MCP = &MCPInput{Tool: "a", Arguments: &jsondoc.Value{Kind: jsondoc.Object, Raw: []byte("{}")}}
+		}},
+	{"no mcp and an empty one",
+		func(in *Input) { in.Request.MCP = nil },
+		func(in *Input) { in.Request.MCP = &MCPInput{} }},
+	{"root field holding a second field",
+		func(in *Input) {
+			in.Request.GraphQL = &GraphQLInput{OperationType: "query", RootFields: []string{"a\x01b"}}
+		},
+		func(in *Input) {
+			in.Request.GraphQL = &GraphQLInput{OperationType: "query", RootFields: []string{"a", "b"}}
+		}},
 	{"scheme and method swapped",
 		func(in *Input) { in.Request.Method, in.Request.Scheme = "GET", "" },
 		func(in *Input) { in.Request.Method, in.Request.Scheme = "", "GET" }},
@@ -109,17 +135,20 @@ decision := {"action": "` + string(action) + `", "rule": "force"} if "force" in 
 // but not to canonicalInput fails here; a field of a kind this test cannot vary fails too,
 // so that whoever adds it extends the test.
 func TestCacheKeyCoversEveryInputField(t *testing.T) {
-	use := inputUse{query: true, headers: true}
+	use := useAll
 	base := func() *Input {
 		return &Input{Version: 1, Phase: PhaseRequest,
 			Sandbox: SandboxInput{ID: "s", Labels: map[string]string{"k": "v"}},
 			Request: RequestInput{Method: "GET", Scheme: "https", Host: "a.example", Port: 443, Path: "/p",
-				Query: map[string][]string{"q": {"1"}}, Headers: map[string][]string{"h": {"1"}}}}
+				Query: map[string][]string{"q": {"1"}}, Headers: map[string][]string{"h": {"1"}},
+				Body:    mustJSON(t, `{"jsonrpc":"2.0"}`),
+				MCP:     &MCPInput{Method: "tools/call", Tool: "t", Arguments: mustJSON(t, `{"a":1}`), ID: mustJSON(t, `7`)},
+				GraphQL: &GraphQLInput{OperationType: GraphQLQuery, OperationName: "Q", RootFields: []string{"a"}}}}
 	}
 	varied := 0
 	var walk func(path string, typ reflect.Type, get func(*Input) reflect.Value)
 	walk = func(path string, typ reflect.Type, get func(*Input) reflect.Value) {
-		if typ.Kind() == reflect.Struct {
+		if typ.Kind() == reflect.Struct && typ != reflect.TypeOf(jsondoc.Value{}) {
 			for i := range typ.NumField() {
 				f := typ.Field(i)
 				if path == "" && f.Name == "Exec" {
@@ -181,6 +210,40 @@ func variations(t *testing.T, path string, typ reflect.Type) []func(reflect.Valu
 			},
 			func(v reflect.Value) { v.Set(reflect.Zero(typ)) },
 		}
+	case typ == reflect.TypeOf(&jsondoc.Value{}):
+		return []func(reflect.Value){
+			func(v reflect.Value) { v.Set(reflect.ValueOf(mustJSON(t, `{"a":2}`))) },
+			func(v reflect.Value) { v.Set(reflect.ValueOf(mustJSON(t, `"7"`))) },
+			func(v reflect.Value) { v.Set(reflect.ValueOf(mustJSON(t, `null`))) },
+			func(v reflect.Value) { v.Set(reflect.Zero(typ)) },
+		}
+	case typ == reflect.TypeOf([]string{}):
+		return []func(reflect.Value){
+			func(v reflect.Value) { v.Set(reflect.Append(v, reflect.ValueOf("x"))) },
+			func(v reflect.Value) { v.Set(reflect.ValueOf([]string{"b"})) },
+			func(v reflect.Value) { v.Set(reflect.ValueOf([]string{"a", "a"})) },
+			func(v reflect.Value) { v.Set(reflect.Zero(typ)) },
+		}
+	case typ.Kind() == reflect.Pointer && typ.Elem().Kind() == reflect.Struct:
+		// nil, an empty struct, and every variation of each field of the pointed-to struct.
+		out := []func(reflect.Value){
+			func(v reflect.Value) { v.Set(reflect.Zero(typ)) },
+			func(v reflect.Value) { v.Set(reflect.New(typ.Elem())) },
+		}
+		for i := range typ.Elem().NumField() {
+			f := typ.Elem().Field(i)
+			for _, change := range variations(t, path+"."+f.Name, f.Type) {
+				out = append(out, func(v reflect.Value) {
+					cp := reflect.New(typ.Elem())
+					if !v.IsNil() {
+						cp.Elem().Set(v.Elem())
+					}
+					change(cp.Elem().Field(i))
+					v.Set(cp)
+				})
+			}
+		}
+		return out
 	}
 	t.Fatalf("Input%s has type %s, which this test cannot vary: extend variations, and canonicalInput", path, typ)
 	return nil

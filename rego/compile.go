@@ -26,14 +26,20 @@ type snapshot struct {
 	txn      storage.Transaction // a read transaction held for the snapshot's life: the store is never written
 	use      inputUse            // which optional input parts the policy reads
 	cache    *decisionCache      // nil when the policy is not cacheable
-	revision string
-	source   string
-	loadedAt time.Time
+	// bodyAware is data.body_aware: the destinations whose JSON bodies the policy reads.
+	bodyAware bodyAware
+	revision  string
+	source    string
+	loadedAt  time.Time
 }
 
 // compileSource compiles the policy (without its tests) against its data and prepares the
 // decision query. Errors name the file and line at fault.
 func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
+	ba, err := bodyAwareOf(src.data)
+	if err != nil {
+		return nil, fmt.Errorf("compile policy %s: %w", src.source, err)
+	}
 	store := inmem.NewFromObjectWithOpts(src.data,
 		inmem.OptRoundTripOnWrite(true), inmem.OptReturnASTValuesOnRead(true))
 	txn, err := store.NewTransaction(ctx)
@@ -58,16 +64,17 @@ func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
 		return nil, fmt.Errorf("prepare %s in policy %s: %w", DecisionQuery, src.source, err)
 	}
 	return &snapshot{
-		compiler: c,
-		qc:       qc,
-		query:    query,
-		store:    store,
-		txn:      txn,
-		use:      inputUseOf(c),
-		cache:    newDecisionCache(c, inputUseOf(c)),
-		revision: src.revision,
-		source:   src.source,
-		loadedAt: time.Now(),
+		compiler:  c,
+		qc:        qc,
+		query:     query,
+		store:     store,
+		txn:       txn,
+		use:       inputUseOf(c),
+		cache:     newDecisionCache(c, inputUseOf(c)),
+		bodyAware: ba,
+		revision:  src.revision,
+		source:    src.source,
+		loadedAt:  time.Now(),
 	}, nil
 }
 

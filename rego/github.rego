@@ -3,8 +3,10 @@
 # Hosts in data.hosts.github. Reads (GET, HEAD, and git fetches, which POST to
 # git-upload-pack) are allowed; on hosts marked "authenticated" they carry the credential
 # "github-read" when the proxy's config defines it, and go anonymously when it does not
-# ("credential_optional": public repositories read on a fresh install). Writes (any other method, a git push, a GraphQL POST, which may be a
-# mutation) on authenticated hosts are held for a human ("approve") and carry
+# ("credential_optional": public repositories read on a fresh install). GraphQL queries
+# (api.github.com/graphql, body-aware) are reads too. Writes (any other method, a git push, a
+# GraphQL mutation or a GraphQL POST that is not one query) on authenticated hosts are held
+# for a human ("approve") and carry
 # "github-write" once approved. Other GitHub hosts (archives, raw files, release assets) are
 # read-only. A git push asks twice: for the receive-pack refs and for the pack itself.
 #
@@ -91,7 +93,19 @@ else := []
 _github_read if {
 	input.request.method in {"GET", "HEAD"}
 	not _git_push
+	not _graphql_write
 }
+
+# A GraphQL query only reads. /graphql is body-aware (data.body_aware): the proxy parses the
+# body and gives the operation as input.request.graphql; a mutation (or a body it could not
+# read as one operation) stays a write.
+_github_read if {
+	input.request.method == "POST"
+	input.request.path == "/graphql"
+	input.request.graphql.operation_type == "query"
+}
+
+_graphql_write if input.request.graphql.operation_type != "query"
 
 # A git fetch or clone POSTs its wants to git-upload-pack: that only reads.
 _github_read if {

@@ -94,3 +94,28 @@ test_github_plain_http_denied if {
 	d.rule == "github.plain-http"
 	contains(d.reason, "https://api.github.com/repos/acme/app")
 }
+
+graphql(op_type, fields) := object.union(request("POST", "api.github.com", "/graphql"), {"request": {
+	"body": {"query": "…"},
+	"graphql": {"operation_type": op_type, "operation_name": "Op", "root_fields": fields},
+}})
+
+test_github_graphql_query_allowed if {
+	d := airlock.decision with input as graphql("query", ["repository", "viewer"])
+	d.action == "allow"
+	d.rule == "github.read"
+	d.credentials == ["github-read"]
+}
+
+test_github_graphql_mutation_held if {
+	d := airlock.decision with input as graphql("mutation", ["closeIssue"])
+	d.action == "approve"
+	d.rule == "github.write"
+	d.credentials == ["github-write"]
+}
+
+test_github_graphql_get_mutation_held if {
+	inp := object.union(request("GET", "api.github.com", "/graphql"), {"request": {"graphql": {"operation_type": "mutation", "root_fields": ["closeIssue"]}}})
+	d := airlock.decision with input as inp
+	d.action == "approve"
+}

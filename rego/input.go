@@ -8,6 +8,8 @@ import (
 	"io"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/airlock-proxy/airlock/internal/jsondoc"
 )
 
 // Keys of the input document. Terms are immutable once built; sharing them between
@@ -30,12 +32,20 @@ var (
 	keyArgv    = ast.StringTerm("argv")
 	keyCwd     = ast.StringTerm("cwd")
 	keyEnv     = ast.StringTerm("env")
+	keyBody    = ast.StringTerm("body")
+	keyMCP     = ast.StringTerm("mcp")
+	keyGraphQL = ast.StringTerm("graphql")
+	keyTool    = ast.StringTerm("tool")
+	keyArgs    = ast.StringTerm("arguments")
+	keyOpType  = ast.StringTerm("operation_type")
+	keyOpName  = ast.StringTerm("operation_name")
+	keyFields  = ast.StringTerm("root_fields")
 )
 
 // inputValue builds the policy input as an AST value directly, without a JSON round trip. Its
-// shape is the JSON form of Input: scheme, path, query and headers are left out when empty;
-// labels is always an object. Query and headers are left out too when the policy never reads
-// them (use).
+// shape is the JSON form of Input: scheme, path, query, headers, body, mcp and graphql are
+// left out when empty; labels is always an object. Query, headers and body are left out too
+// when the policy never reads them (use).
 func inputValue(in *Input, use inputUse) ast.Value {
 	labels := ast.NewObjectWithCapacity(len(in.Sandbox.Labels))
 	for k, v := range in.Sandbox.Labels {
@@ -71,6 +81,38 @@ func inputValue(in *Input, use inputUse) ast.Value {
 	if use.headers && len(r.Headers) > 0 {
 		req.Insert(keyHeaders, multiValue(r.Headers))
 	}
+	if use.body && r.Body != nil && r.Body.Kind != 0 {
+		req.Insert(keyBody, jsonTerm(r.Body))
+	}
+	if m := r.MCP; m != nil {
+		obj := ast.NewObjectWithCapacity(4)
+		if m.Method != "" {
+			obj.Insert(keyMethod, ast.StringTerm(m.Method))
+		}
+		if m.Tool != "" {
+			obj.Insert(keyTool, ast.StringTerm(m.Tool))
+		}
+		if m.Arguments != nil && m.Arguments.Kind != 0 {
+			obj.Insert(keyArgs, jsonTerm(m.Arguments))
+		}
+		if m.ID != nil && m.ID.Kind != 0 {
+			obj.Insert(keyID, jsonTerm(m.ID))
+		}
+		req.Insert(keyMCP, ast.NewTerm(obj))
+	}
+	if g := r.GraphQL; g != nil {
+		obj := ast.NewObjectWithCapacity(3)
+		obj.Insert(keyOpType, ast.InternedTerm(string(g.OperationType)))
+		if g.OperationName != "" {
+			obj.Insert(keyOpName, ast.StringTerm(g.OperationName))
+		}
+		fields := make([]*ast.Term, len(g.RootFields))
+		for i, f := range g.RootFields {
+			fields[i] = ast.StringTerm(f)
+		}
+		obj.Insert(keyFields, ast.ArrayTerm(fields...))
+		req.Insert(keyGraphQL, ast.NewTerm(obj))
+	}
 
 	top := ast.NewObjectWithCapacity(4)
 	top.Insert(keyVersion, ast.InternedTerm(in.Version))
@@ -97,6 +139,32 @@ func execValue(e *ExecInput) *ast.Term {
 	obj.Insert(keyCwd, ast.StringTerm(e.Cwd))
 	obj.Insert(keyEnv, strs(e.Env))
 	return ast.NewTerm(obj)
+}
+
+// jsonTerm converts a parsed JSON value to a term. Numbers keep their literal.
+func jsonTerm(v *jsondoc.Value) *ast.Term {
+	switch v.Kind {
+	case jsondoc.Null:
+		return ast.InternedNullTerm
+	case jsondoc.Bool:
+		return ast.InternedTerm(v.Str == "true")
+	case jsondoc.Number:
+		return ast.NumberTerm(json.Number(v.Str))
+	case jsondoc.String:
+		return ast.StringTerm(v.Str)
+	case jsondoc.Array:
+		terms := make([]*ast.Term, len(v.Elems))
+		for i := range v.Elems {
+			terms[i] = jsonTerm(&v.Elems[i])
+		}
+		return ast.ArrayTerm(terms...)
+	default:
+		obj := ast.NewObjectWithCapacity(len(v.Keys))
+		for i, k := range v.Keys {
+			obj.Insert(ast.StringTerm(k), jsonTerm(&v.Elems[i]))
+		}
+		return ast.NewTerm(obj)
+	}
 }
 
 // multiValue turns a query or header map into an object of string arrays.

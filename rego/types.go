@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/jsondoc"
 )
 
 // InputVersion is the version of the policy input schema in docs/architecture.md.
@@ -56,6 +58,41 @@ type RequestInput struct {
 	Path    string              `json:"path,omitempty"`
 	Query   map[string][]string `json:"query,omitempty"`
 	Headers map[string][]string `json:"headers,omitempty"`
+	// Body, MCP and GraphQL are set only for requests to body-aware destinations (the
+	// policy's data.body_aware): Body is the parsed JSON body (for one call of a JSON-RPC
+	// batch, that call), MCP the JSON-RPC 2.0 message it holds, GraphQL the operation a
+	// GraphQL request runs (from the JSON body or ?query=).
+	Body    *jsondoc.Value `json:"body,omitempty"`
+	MCP     *MCPInput      `json:"mcp,omitempty"`
+	GraphQL *GraphQLInput  `json:"graphql,omitempty"`
+}
+
+// MCPInput is a JSON-RPC 2.0 message (an MCP request, notification or response). Tool and
+// Arguments are params.name and params.arguments of a "tools/call"; ID is absent for a
+// notification.
+type MCPInput struct {
+	Method    string         `json:"method,omitempty"`
+	Tool      string         `json:"tool,omitempty"`
+	Arguments *jsondoc.Value `json:"arguments,omitempty"`
+	ID        *jsondoc.Value `json:"id,omitempty"`
+}
+
+// GraphQLOperationType is what a GraphQL operation does.
+type GraphQLOperationType string
+
+const (
+	GraphQLQuery        GraphQLOperationType = "query"
+	GraphQLMutation     GraphQLOperationType = "mutation"
+	GraphQLSubscription GraphQLOperationType = "subscription"
+)
+
+// GraphQLInput is the one operation a GraphQL request runs. RootFields are the names (not
+// aliases) of the fields selected at its root, fragments on the root expanded, each once,
+// in document order.
+type GraphQLInput struct {
+	OperationType GraphQLOperationType `json:"operation_type"`
+	OperationName string               `json:"operation_name,omitempty"`
+	RootFields    []string             `json:"root_fields"`
 }
 
 // Action is what a decision says to do. The zero value denies.

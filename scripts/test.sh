@@ -83,6 +83,8 @@ fuzz_targets=(
 	"FuzzRequestInput ./proxy"
 	"FuzzRemoveHopHeaders ./proxy"
 	"FuzzTargetDifferential ./proxy"
+	"FuzzBodyDifferential ./proxy"
+	"FuzzParse ./internal/jsondoc"
 	"FuzzScrub ./secrets"
 	"FuzzScrubResponse ./secrets"
 	"FuzzRedactQuery ./audit"

@@ -138,6 +138,9 @@ type LimitsConfig struct {
 	// MaxRedactionsPerCredential is how many times the scrubber may redact one credential
 	// in one sandbox's responses before that sandbox may no longer use it (403).
 	MaxRedactionsPerCredential int `yaml:"max_redactions_per_credential"`
+	// MaxPolicyBodyBytes bounds the body of a request to a body-aware destination
+	// (data.body_aware in the policy); default 1 MiB, larger bodies get 413.
+	MaxPolicyBodyBytes int64 `yaml:"max_policy_body_bytes"`
 }
 
 // TelemetryConfig tunes spans; where they go is set by the standard OTEL_* variables.

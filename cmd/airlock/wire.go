@@ -186,6 +186,7 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	s.execs = session.NewCredentials()
 	opts := proxy.Options{
 		Decider:        decider,
+		BodyAware:      s.engine,
 		CA:             s.ca,
 		Credentials:    creds,
 		Approver:       s.approvals,
@@ -203,6 +204,7 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 			UpstreamHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
 			MaxInFlightPerSandbox: cfg.Limits.MaxInFlightPerSandbox, MaxConnsPerListener: cfg.Limits.MaxConnsPerListener,
 			MaxRedactionsPerCredential: cfg.Limits.MaxRedactionsPerCredential,
+			MaxPolicyBodyBytes:         cfg.Limits.MaxPolicyBodyBytes,
 			MaxHeldPerSandbox:          cfg.Approvals.MaxPendingPerSandbox,
 			MaxHeldBytesPerSandbox:     int64(cfg.Approvals.MaxHeldBytesPerSandbox),
 			MaxHeldBytes:               int64(cfg.Approvals.MaxHeldBytes),

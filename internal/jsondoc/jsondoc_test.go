@@ -1,0 +1,142 @@
+package jsondoc
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestParseAccepts(t *testing.T) {
+	tests := []struct {
+		in   string
+		want any // as encoding/json decodes it
+	}{
+		{`{"a":1}`, map[string]any{"a": 1.0}},
+		{` [1, -0.5e3, "x", true, false, null] `, []any{1.0, -500.0, "x", true, false, nil}},
+		{`"tools\u002fcall"`, "tools/call"},
+		{`"\ud83d\ude00 \u00e9\n\"\\\/"`, "😀 é\n\"\\/"},
+		{`{"a":{"b":[{}]}}`, map[string]any{"a": map[string]any{"b": []any{map[string]any{}}}}},
+		{`0`, 0.0},
+	}
+	for _, tc := range tests {
+		v, err := Parse([]byte(tc.in), 0)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tc.in, err)
+			continue
+		}
+		var got any
+		if err := json.Unmarshal(v.Raw, &got); err != nil {
+			t.Fatal(err)
+		}
+		g, _ := json.Marshal(toAny(v))
+		w, _ := json.Marshal(tc.want)
+		if string(g) != string(w) {
+			t.Errorf("Parse(%q) = %s, want %s", tc.in, g, w)
+		}
+	}
+}
+
+// toAny converts a Value as encoding/json would decode it.
+func toAny(v *Value) any {
+	switch v.Kind {
+	case Null:
+		return nil
+	case Bool:
+		return v.Str == "true"
+	case Number:
+		var f float64
+		json.Unmarshal(v.Raw, &f)
+		return f
+	case String:
+		return v.Str
+	case Array:
+		out := []any{}
+		for i := range v.Elems {
+			out = append(out, toAny(&v.Elems[i]))
+		}
+		return out
+	default:
+		out := map[string]any{}
+		for i, k := range v.Keys {
+			out[k] = toAny(&v.Elems[i])
+		}
+		return out
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	tests := []struct {
+		name, in string
+		is       error
+		msg      string
+	}{
+		{"duplicate key", `{"a":1,"a":2}`, ErrDuplicateKey, `duplicate object key "a"`},
+		{"duplicate after unescape", `{"method":"x","m\u0065thod":"y"}`, ErrDuplicateKey, "duplicate"},
+		{"duplicate in large object", `{` + manyKeys(40) + `,"k7":0}`, ErrDuplicateKey, "duplicate"},
+		{"invalid utf-8", "{\"a\":\"\xff\"}", ErrInvalidUTF8, "UTF-8"},
+		{"lone high surrogate", `"\ud800"`, ErrInvalidUTF8, "surrogate"},
+		{"lone low surrogate", `"\udc00x"`, ErrInvalidUTF8, "surrogate"},
+		{"bom", "\ufeff{}", nil, "unexpected character"},
+		{"nan", `NaN`, nil, "unexpected"},
+		{"infinity", `[Infinity]`, nil, "unexpected"},
+		{"leading zero", `01`, nil, "after the JSON value"},
+		{"trailing comma", `[1,]`, nil, "unexpected character"},
+		{"trailing data", `{} {}`, nil, "after the JSON value"},
+		{"control char", "\"a\tb\"", nil, "control character"},
+		{"single quotes", `{'a':1}`, nil, "key"},
+		{"bad escape", `"\x41"`, nil, "invalid escape"},
+		{"too deep", strings.Repeat("[", 200) + strings.Repeat("]", 200), ErrTooDeep, "nesting"},
+		{"empty", ``, nil, "end of input"},
+		{"unterminated", `"abc`, nil, "unterminated"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in), 0)
+			if err == nil {
+				t.Fatalf("Parse(%q) succeeded, want an error", tc.in)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("error %v is not %v", err, tc.is)
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error %q does not say %q", err, tc.msg)
+			}
+		})
+	}
+}
+
+func manyKeys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"k` + strconv.Itoa(i) + `":0`)
+	}
+	return b.String()
+}
+
+// FuzzParse: whatever Parse accepts, encoding/json accepts too and decodes to the same
+// document; and Parse never panics.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2,{"b":null}]}`, `"\ud83d\ude00"`, `{"a":1,"a":2}`, `-0.0e+1`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := Parse(b, 0)
+		if err != nil {
+			return
+		}
+		var want any
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("Parse accepted %q, encoding/json refuses it: %v", b, err)
+		}
+		g, _ := json.Marshal(toAny(v))
+		w, _ := json.Marshal(want)
+		if string(g) != string(w) {
+			t.Fatalf("Parse(%q) = %s, encoding/json reads %s", b, g, w)
+		}
+	})
+}
