@@ -56,7 +56,6 @@ type deployment struct {
 	replicas                        []*replica
 	proxySvcIP, adminSvcIP, pgSvcIP string
 	kubeSvcIP                       string
-	canaryCredential                string // a value that must never show in logs
 	stopped                         bool
 }
 
