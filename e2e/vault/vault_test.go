@@ -168,18 +168,6 @@ func (c *counter) get(key string) int {
 	return c.n[key]
 }
 
-func (c *counter) prefix(p string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for k, v := range c.n {
-		if strings.HasPrefix(k, p) {
-			n += v
-		}
-	}
-	return n
-}
-
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
