@@ -190,6 +190,15 @@ func viewOf(v *jsondoc.Value) (bodyCall, *refusal) {
 	if v.Kind != jsondoc.Object {
 		return c, nil
 	}
+	// One object that reads as a JSON-RPC message and as a GraphQL request at once is refused:
+	// a server of either kind acts on the half the other view would not show the policy. Keys
+	// are compared ignoring case, as Go's encoding/json (and so many servers) reads them.
+	if hasKeyFold(v, "jsonrpc") && (hasKeyFold(v, "query") || hasKeyFold(v, "operationName")) {
+		return c, badBody(http.StatusBadRequest, `the body is both a JSON-RPC message ("jsonrpc") and a GraphQL request ("query" or "operationName"); send one or the other`)
+	}
+	if err := caseConfusable(v, "jsonrpc", "query", "operationName"); err != nil {
+		return c, badBody(http.StatusBadRequest, err.Error())
+	}
 	if rpc := v.Get("jsonrpc"); rpc != nil {
 		m, err := mcpView(v, rpc)
 		if err != nil {
@@ -295,6 +304,16 @@ func approvalCall(c bodyCall, d rego.Decision) approval.Call {
 // caseConfusable refuses an object with a key that matches one of names only when case is
 // ignored ("Method", "NAME", "\u017Fuery" with a long s): Go's encoding/json matches struct
 // fields that way, so a server could read a key the policy never looked at.
+// hasKeyFold reports whether object v has a key equal to name ignoring case.
+func hasKeyFold(v *jsondoc.Value, name string) bool {
+	for _, k := range v.Keys {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
 func caseConfusable(v *jsondoc.Value, names ...string) error {
 	for _, k := range v.Keys {
 		for _, n := range names {

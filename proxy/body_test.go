@@ -335,6 +335,20 @@ func TestBodyAwareDecisions(t *testing.T) {
 		{"tool name not a string", "/mcp", "application/json", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":["drop_database"]}}`, 400, "body.ambiguous", "params.name"},
 		{"empty batch", "/mcp", "application/json", `[]`, 400, "body.ambiguous", "empty batch"},
 		{"trailing data", "/mcp", "application/json", call(1, "get_issue") + call(2, "drop_database"), 400, "body.ambiguous", "after the JSON value"},
+		// One object read as two kinds of request (found by an attack: the policy saw an MCP
+		// ping, a GraphQL server ran the mutation).
+		{"json-rpc ping carrying a graphql mutation", "/graphql", "application/json",
+			`{"jsonrpc":"2.0","id":1,"method":"ping","query":"mutation M { deleteRepo(id: 1) { id } }"}`, 400, "body.ambiguous", "both a JSON-RPC message"},
+		{"json-rpc ping carrying a Query in another case", "/graphql", "application/json",
+			`{"jsonrpc":"2.0","id":1,"method":"ping","Query":"mutation M { deleteRepo(id: 1) { id } }"}`, 400, "body.ambiguous", "both a JSON-RPC message"},
+		{"graphql query with a JSONRPC key in another case", "/mcp", "application/json",
+			`{"JSONRPC":"2.0","id":1,"method":"tools/call","params":{"name":"drop_database"},"query":"query { a }"}`, 400, "body.ambiguous", "both a JSON-RPC message"},
+		{"json-rpc with an operationName", "/graphql", "application/json",
+			`{"jsonrpc":"2.0","id":1,"method":"ping","operationName":"M"}`, 400, "body.ambiguous", "both a JSON-RPC message"},
+		{"batch whose second element mixes the two", "/graphql", "application/json",
+			`[{"query":"query { a }"},{"jsonrpc":"2.0","id":2,"method":"ping","query":"mutation { deleteRepo(id: 1) { id } }"}]`, 400, "body.ambiguous", "both a JSON-RPC message"},
+		{"jsonrpc key in another case alone", "/mcp", "application/json",
+			`{"JsonRpc":"2.0","id":1,"method":"tools/call","params":{"name":"drop_database"}}`, 400, "body.ambiguous", "only in case"},
 		// Not body-aware: the body is not read, whatever it holds.
 		{"other path", "/plain", "text/plain", "{\"a\":1,\"a\":\xff}", 200, "", ""},
 	}
