@@ -134,7 +134,9 @@ func (s *Service) newRecord(r Request, now time.Time) Record {
 // reuseGrant lets rec through at once when an identical request was approved within the
 // retry window and that grant is still unused.
 func (s *Service) reuseGrant(ctx context.Context, rec Record, body []byte, now time.Time) (Result, bool, error) {
-	if s.cfg.RetryWindow <= 0 {
+	// A command is not a network retry: running it again (or with other environment
+	// values, or after the workspace changed) is another act, so it is always asked again.
+	if s.cfg.RetryWindow <= 0 || rec.Method == MethodExec {
 		return Result{}, false, nil
 	}
 	g, ok, err := s.store.UseGrant(ctx, GrantQuery{RequestSHA256: rec.RequestSHA256,
@@ -179,3 +181,7 @@ func headerBytes(h http.Header) int64 {
 	}
 	return n
 }
+
+// MethodExec is the method of a held sandbox command (session exec): such records never
+// reuse a grant.
+const MethodExec = "EXEC"

@@ -192,9 +192,9 @@ func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duratio
 		if m.opts.Approve == nil {
 			return refuse(fmt.Sprintf("command held for approval by rule %s, but no approvals are configured here: %s", dec.Rule, dec.Reason))
 		}
-		body, _ := json.Marshal(map[string]any{"argv": req.Argv, "cwd": cwd, "env": sortedKeys(req.Env)})
+		body, _ := json.Marshal(map[string]any{"argv": req.Argv, "cwd": cwd, "env": req.Env})
 		hr, err := m.opts.Approve.Hold(ctx, approval.Request{
-			SandboxID: s.id, Labels: s.spec.Labels, Method: "EXEC",
+			SandboxID: s.id, Labels: s.spec.Labels, Method: approval.MethodExec,
 			URL:  "exec://" + s.id + cwd + " " + shellQuote(req.Argv),
 			Body: body, Rule: dec.Rule, Reason: dec.Reason, Timeout: time.Duration(dec.Approval.Timeout),
 		})

@@ -3,9 +3,11 @@ package session
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 )
@@ -75,7 +77,9 @@ func (m *Manager) GetFile(ctx context.Context, id, p string) ([]byte, error) {
 	}
 	s.touch()
 	var stdout, stderr bytes.Buffer
-	lim := &limitWriter{w: &stdout, n: m.opts.MaxFileBytes}
+	ctx, cancel := context.WithTimeout(ctx, fileOpTimeout)
+	defer cancel()
+	lim := &limitWriter{w: &stdout, n: m.opts.MaxFileBytes, cancel: cancel}
 	res, err := s.sb.Run(ctx, sandbox.Command{Args: []string{"cat", "--", p}, Stdout: lim, Stderr: &stderr, Dir: "/", OutputLimit: 1})
 	if lim.over {
 		return nil, fmt.Errorf("%w: %s is larger than %d bytes (sessions.max_file_bytes)", ErrTooLarge, p, m.opts.MaxFileBytes)
@@ -99,8 +103,13 @@ func (m *Manager) ListFiles(ctx context.Context, id, p string) ([]byte, error) {
 	}
 	s.touch()
 	var stdout, stderr bytes.Buffer
-	lim := &limitWriter{w: &stdout, n: m.opts.MaxFileBytes}
+	ctx, cancel := context.WithTimeout(ctx, fileOpTimeout)
+	defer cancel()
+	lim := &limitWriter{w: &stdout, n: m.opts.MaxFileBytes, cancel: cancel}
 	res, err := s.sb.Run(ctx, sandbox.Command{Args: []string{"ls", "-la", "--", p}, Stdout: lim, Stderr: &stderr, Dir: "/", OutputLimit: 1})
+	if lim.over {
+		return nil, fmt.Errorf("%w: the listing of %s is larger than %d bytes (sessions.max_file_bytes)", ErrTooLarge, p, m.opts.MaxFileBytes)
+	}
 	if err := fileResult("list", p, res, err, stderr.String()); err != nil {
 		return nil, err
 	}
@@ -124,17 +133,27 @@ func fileResult(verb, p string, res sandbox.Result, err error, stderr string) er
 	return nil
 }
 
-// limitWriter keeps at most n bytes and notes when more came.
+// limitWriter keeps at most n bytes; when more come it notes it and stops the command
+// (a file that never ends, /dev/zero or a FIFO, must not keep airlock reading).
 type limitWriter struct {
-	w    *bytes.Buffer
-	n    int64
-	over bool
+	w      *bytes.Buffer
+	n      int64
+	over   bool
+	cancel context.CancelFunc
 }
 
 func (l *limitWriter) Write(p []byte) (int, error) {
 	if int64(l.w.Len()+len(p)) > l.n {
 		l.over = true
-		return len(p), nil
+		if l.cancel != nil {
+			l.cancel()
+		}
+		return 0, errTooLarge
 	}
 	return l.w.Write(p)
 }
+
+var errTooLarge = errors.New("over sessions.max_file_bytes")
+
+// fileOpTimeout bounds a file read or listing: a FIFO that never ends is not waited for.
+const fileOpTimeout = 30 * time.Second

@@ -72,7 +72,7 @@ func (d openAPI) documented(t *testing.T, method, path string) []int {
 // operation is served.
 func TestOpenAPIRoutes(t *testing.T) {
 	doc := loadOpenAPI(t)
-	m, err := session.New(session.Options{StateDir: t.TempDir()}, nil)
+	m, err := session.New(session.Options{StateDir: t.TempDir(), WorkspaceRoots: []string{os.TempDir()}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,10 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,6 +130,10 @@ type Options struct {
 	TTL, IdleTimeout, MaxTTL time.Duration
 	MaxSessions              int
 	MaxFileBytes             int64
+	// WorkspaceRoots are the host directories a session's workspace may be (or be under);
+	// none: a create that names a workspace is refused. An issuer token is not the host's
+	// root: without this bound it could mount /etc read-write.
+	WorkspaceRoots []string
 	// SweepInterval is how often ttl and idle timeouts are checked; default 1s.
 	SweepInterval time.Duration
 	// Started and Ended are told of each session's sandbox (for the report's request
@@ -318,7 +324,11 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return o, "", 0, 0, 0, bad("workspace %s: not an existing directory on the airlock host", dir)
 		}
-		o.Workspace, o.WorkspaceMode = dir, mode
+		real, err := m.workspaceWithinRoots(dir)
+		if err != nil {
+			return o, "", 0, 0, 0, bad("workspace %s: %v", dir, err)
+		}
+		o.Workspace, o.WorkspaceMode = real, mode
 	}
 	if spec.Memory != "" {
 		n, err := sandbox.ParseSize(spec.Memory)
@@ -655,4 +665,28 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
+}
+
+// workspaceWithinRoots resolves dir (links followed) and checks that it is one of the
+// configured workspace roots or lies beneath one; it returns the resolved path, which is the
+// one mounted, so a link swapped in later changes nothing.
+func (m *Manager) workspaceWithinRoots(dir string) (string, error) {
+	if len(m.opts.WorkspaceRoots) == 0 {
+		return "", errors.New("this airlock serves no workspaces: set sessions.workspace_roots to the host directories sessions may use")
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	for _, root := range m.opts.WorkspaceRoots {
+		r, err := filepath.EvalSymlinks(root)
+		if err != nil {
+			continue
+		}
+		rel, err := filepath.Rel(r, real)
+		if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return real, nil
+		}
+	}
+	return "", fmt.Errorf("not under sessions.workspace_roots (%s)", strings.Join(m.opts.WorkspaceRoots, ", "))
 }

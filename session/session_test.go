@@ -106,12 +106,13 @@ func newEnv(t *testing.T, mod func(*session.Options)) *env {
 	}
 	e := &env{aud: &recorder{}, apr: &approver{state: approval.StateDenied}, dir: t.TempDir(), crd: session.NewCredentials()}
 	o := session.Options{
-		Base:     sandbox.Options{Backend: &sandbox.Native{StateDir: testState}},
-		Decider:  eng,
-		Approve:  e.apr,
-		Auditor:  e.aud,
-		StateDir: filepath.Join(e.dir, "sessions"),
-		Owner:    "test-owner",
+		WorkspaceRoots: []string{os.TempDir()},
+		Base:           sandbox.Options{Backend: &sandbox.Native{StateDir: testState}},
+		Decider:        eng,
+		Approve:        e.apr,
+		Auditor:        e.aud,
+		StateDir:       filepath.Join(e.dir, "sessions"),
+		Owner:          "test-owner",
 	}
 	if mod != nil {
 		mod(&o)
@@ -284,6 +285,17 @@ func TestBadInput(t *testing.T) {
 	e := newEnv(t, func(o *session.Options) { o.MaxFileBytes = 1024 })
 	info := e.create(t, session.Spec{Workspace: t.TempDir() + ":cow"})
 	id := info.ID
+	// A host directory outside sessions.workspace_roots, named or reached through a link
+	// (found by an attack: an issuer token mounted /etc read-write).
+	etcLink := filepath.Join(t.TempDir(), "etc")
+	if err := os.Symlink("/etc", etcLink); err != nil {
+		t.Fatal(err)
+	}
+	// A file that never ends (found by an attack: airlock read /dev/zero until the client
+	// gave up).
+	if _, _, res, _ := e.exec(t, id, session.ExecRequest{Argv: []string{"ln", "-s", "/dev/zero", "/tmp/zero"}}); res.ExitCode != 0 {
+		t.Fatalf("ln: %+v", res)
+	}
 	for _, c := range []struct {
 		name, method, path string
 		body               any
@@ -307,6 +319,9 @@ func TestBadInput(t *testing.T) {
 		{"bad ttl", "POST", "/v1/sandboxes", session.Spec{TTL: "soon"}, 400, "ttl"},
 		{"bad backend", "POST", "/v1/sandboxes", session.Spec{Backend: "vm"}, 400, "backend"},
 		{"bad workspace", "POST", "/v1/sandboxes", session.Spec{Workspace: "/tmp:rx"}, 400, "workspace"},
+		{"workspace outside the roots", "POST", "/v1/sandboxes", session.Spec{Workspace: "/etc"}, 400, "workspace_roots"},
+		{"workspace linked outside the roots", "POST", "/v1/sandboxes", session.Spec{Workspace: etcLink + ":ro"}, 400, "workspace_roots"},
+		{"endless file", "GET", "/v1/sandboxes/" + id + "/files?path=/tmp/zero", nil, 413, "max_file_bytes"},
 		{"bad env", "POST", "/v1/sandboxes", session.Spec{Env: map[string]string{"A=B": "c"}}, 400, "env"},
 		{"duplicate id", "POST", "/v1/sandboxes", session.Spec{ID: id}, 409, "already exists"},
 	} {
@@ -568,6 +583,34 @@ func TestExecApprovalRealService(t *testing.T) {
 	res := <-done
 	if res.ExitCode != 0 || res.Decision != "approved" || res.ApprovalID != rec.ID {
 		t.Errorf("approved exec: %+v", res)
+	}
+	// The same command again is another act: asked again, never let through by the first
+	// grant within the retry window (found by an attack: a second run, with other
+	// environment values or none changed, went through on the first approval).
+	go func() {
+		_, _, res, _ := e.exec(t, info.ID, session.ExecRequest{Argv: []string{"git", "--version"}})
+		done <- res
+	}()
+	var again approval.Record
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && again.ID == ""; time.Sleep(20 * time.Millisecond) {
+		recs, err := svc.List(context.Background(), approval.ListFilter{State: approval.StatePending})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.ID != rec.ID {
+				again = r
+			}
+		}
+	}
+	if again.ID == "" {
+		t.Fatal("the second run of an approved command was not held again")
+	}
+	if _, err := svc.Decide(context.Background(), again.ID, approval.StateDenied, "oncall", "no"); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res.ExitCode == 0 || res.Decision == "approved" {
+		t.Errorf("denied second run: %+v", res)
 	}
 }
 

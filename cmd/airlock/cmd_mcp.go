@@ -135,6 +135,13 @@ func runMCP(cmd *cobra.Command, af *adminFlags, sf *specFlags, pf *proxyFlags, a
 			defer os.RemoveAll(dir)
 			cfg.Sessions.StateDir = dir
 		}
+		// Embedded, the operator who runs airlock mcp names the workspace, as with sandbox
+		// run: that directory is a root.
+		if spec, err := sf.spec(); err == nil && spec.Workspace != "" {
+			if dir, _, err := sandbox.ParseWorkspace(spec.Workspace); err == nil {
+				cfg.Sessions.WorkspaceRoots = append(cfg.Sessions.WorkspaceRoots, dir)
+			}
+		}
 		m, err := s.startSessions(ctx, cmd)
 		if err != nil {
 			return err

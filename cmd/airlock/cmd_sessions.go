@@ -44,7 +44,7 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 		Base: base, Decider: s.engine, Approve: s.approvals, Auditor: auditor,
 		Tracer: s.telemetry.Tracer(), Owner: sc.Owner, StateDir: sc.StateDir,
 		TTL: sc.TTL, IdleTimeout: sc.IdleTimeout, MaxTTL: sc.MaxTTL, MaxSessions: sc.MaxSessions,
-		MaxFileBytes: sc.maxFileBytes(), Logger: s.log,
+		MaxFileBytes: sc.maxFileBytes(), WorkspaceRoots: sc.WorkspaceRoots, Logger: s.log,
 		Started: func(sb *sandbox.Sandbox) { s.fan.observe(sb.ID(), sb.Observe) },
 		Ended:   func(id string) { s.fan.forget(id) },
 	}, s.execs)

@@ -16,6 +16,9 @@ type SessionsConfig struct {
 	MaxFileBytes string        `yaml:"max_file_bytes"` // largest file got through the API (default 8M)
 	StateDir     string        `yaml:"state_dir"`      // owner records, shared by the replicas of a machine (default /run/airlock/sessions)
 	Owner        string        `yaml:"owner"`          // how other replicas name this one (default host:pid)
+	// WorkspaceRoots are the host directories a session's workspace may be or lie under
+	// (none: sessions get no workspace).
+	WorkspaceRoots []string `yaml:"workspace_roots"`
 }
 
 func (c SessionsConfig) validate() error {
