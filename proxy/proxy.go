@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -173,6 +174,11 @@ func New(opts Options) (*Proxy, error) {
 	p.guard = &Guard{Allow: opts.AllowPrivate, Resolver: opts.Resolver}
 	if opts.Parent.URL != nil {
 		p.guard.Parent = &p.opts.Parent
+		// The parent proxy is airlock's own way out: a sandbox may never reach it as a
+		// destination (its own CONNECT through a tunnel would skip every check here).
+		for _, a := range parentAddrs(opts.Parent.URL.Hostname(), opts.Parent.URL.Port()) {
+			p.guard.AddSelf(a)
+		}
 	}
 	tr, err := newTransport(p.guard, opts)
 	if err != nil {
@@ -305,3 +311,25 @@ func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 type slogPrintf struct{ l *slog.Logger }
 
 func (s slogPrintf) Printf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
+
+// parentAddrs resolves the parent proxy's host (at start) to the addresses to guard.
+func parentAddrs(host, port string) []net.Addr {
+	if port == "" {
+		port = "80"
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return nil
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(host); ip != nil {
+		ips = []net.IP{ip}
+	} else if found, err := net.LookupIP(host); err == nil {
+		ips = found
+	}
+	addrs := make([]net.Addr, 0, len(ips))
+	for _, ip := range ips {
+		addrs = append(addrs, &net.TCPAddr{IP: ip, Port: n})
+	}
+	return addrs
+}

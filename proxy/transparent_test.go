@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/airlock-proxy/airlock/ca"
 )
 
 func query(t *testing.T, name string, typ dnsmessage.Type) []byte {
@@ -154,5 +156,27 @@ func TestParentFor(t *testing.T) {
 	}
 	if (*ParentProxy)(nil).parentFor("x:1") != nil {
 		t.Error("no parent configured, yet one was used")
+	}
+}
+
+// TestParentIsNeverADestination: the parent proxy carries airlock's own connections; a
+// sandbox may not dial it as a destination, even where the policy and allow_private would let
+// it (found by an attack: a tunnel decision let a sandbox speak CONNECT to the parent).
+func TestParentIsNeverADestination(t *testing.T) {
+	u, err := ParseParentURL("http://127.0.0.1:3999")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := ca.New()
+	p, err := New(Options{Decider: failingDecider{}, CA: c, Parent: ParentProxy{URL: u},
+		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := p.guard.Check(netip.MustParseAddr("127.0.0.1"), 3999); why != "the proxy itself" {
+		t.Errorf("the parent proxy's address may be dialled as a destination (%q)", why)
+	}
+	if why := p.guard.Check(netip.MustParseAddr("127.0.0.1"), 4000); why != "" {
+		t.Errorf("another allowed port is refused: %q", why)
 	}
 }
