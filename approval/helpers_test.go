@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-proxy/airlock/internal/pgtest"
+	"github.com/airlock-proxy/airlock/testkit/pgtest"
 )
 
 // storeKind opens a fresh, empty store address of one kind.

@@ -26,8 +26,8 @@ import (
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // bodyPolicy reads bodies on /mcp and /graphql of 127.0.0.1 (data.body_aware): MCP protocol

@@ -21,11 +21,11 @@ import (
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
-	"github.com/airlock-proxy/airlock/internal/otlptest"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
 	"github.com/airlock-proxy/airlock/telemetry"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
+	"github.com/airlock-proxy/airlock/testkit/otlptest"
 )
 
 const canaryPolicy = `package airlock

@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // reflectEnv is the proxy with the real secrets broker, real OPA, an audit recorder and a

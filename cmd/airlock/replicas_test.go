@@ -19,8 +19,8 @@ import (
 
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/internal/identity"
-	"github.com/airlock-proxy/airlock/internal/otlptest"
-	"github.com/airlock-proxy/airlock/internal/pgtest"
+	"github.com/airlock-proxy/airlock/testkit/otlptest"
+	"github.com/airlock-proxy/airlock/testkit/pgtest"
 )
 
 const testIssuerToken = "orchestrator-token-0123456789"

@@ -27,9 +27,9 @@ import (
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // policy is what the attacks run against. Endpoints: any host on an allowed port

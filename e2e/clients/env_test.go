@@ -14,7 +14,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"

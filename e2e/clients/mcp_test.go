@@ -23,10 +23,10 @@ import (
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // TestMCPClientInSandbox: an MCP client built with the official Go SDK runs in a native

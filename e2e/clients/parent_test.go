@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // squid starts Debian's squid on loopback as a parent proxy that knows parent.test (and

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // scrubEnv: a native sandbox, the proxy with a credential ("canary", a random value) that

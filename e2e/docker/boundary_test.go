@@ -13,15 +13,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 	"github.com/airlock-proxy/airlock/sandbox/sandboxtest"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // The Docker backend gets the same seccomp allowlist (rendered for runc and libseccomp)
 // and the same workspace protections (read-only binds) as the native one; these are the
-// native suite's boundary tests (internal/e2etest) against containers.
+// native suite's boundary tests (testkit/e2etest) against containers.
 
 // ownedWorkspace is a workspace owned by the container's default user, which it runs as
 // (a root-owned workspace would be read-only to it).

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // TestCLIInternalModeWithTheProxyInAContainer runs `airlock sandbox run --backend docker`

@@ -4,7 +4,7 @@ package docker_test
 
 import (
 	"fmt"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"os"
 	"path/filepath"
 	"strings"

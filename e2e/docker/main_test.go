@@ -11,7 +11,7 @@ package docker_test
 import (
 	"context"
 	"fmt"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"net/http"
 	"net/netip"
 	"net/url"

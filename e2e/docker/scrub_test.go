@@ -15,11 +15,11 @@ import (
 	"testing"
 
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // TestScrubInContainer: curl in a Docker sandbox (netns mode) asks an upstream that echoes

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/ca"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // queryPolicy reads the query but not the headers, so its decisions are cached: reads of

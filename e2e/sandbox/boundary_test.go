@@ -17,11 +17,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
-// The syscall boundary (internal/e2etest/sysprobe.go): every call through a foreign ABI
+// The syscall boundary (testkit/e2etest/sysprobe.go): every call through a foreign ABI
 // kills the process, native calls outside the allowlist are refused, and no file the
 // sandbox writes to the workspace carries a set-ID bit or a file capability.
 

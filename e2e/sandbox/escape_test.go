@@ -8,7 +8,7 @@ package sandbox_test
 
 import (
 	"context"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"os"
 	"path/filepath"
 	"strings"

@@ -5,7 +5,7 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
-	"github.com/airlock-proxy/airlock/internal/e2etest"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"

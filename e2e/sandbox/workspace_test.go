@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-proxy/airlock/internal/e2etest"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // gitWork is ordinary git work that must still succeed in a protected workspace.
