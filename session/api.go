@@ -2,7 +2,6 @@ package session
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/go-chi/chi/v5"
 
 	"github.com/airlock-proxy/airlock/sandbox"
@@ -64,21 +62,6 @@ func (f *Frame) UnmarshalJSON(b []byte) error {
 	}
 	*f = Frame(p)
 	return nil
-}
-
-// ClientMessage is a message of a WebSocket exec stream, client to server: the first is
-// the ExecRequest; then stdin data, the end of stdin, and terminal resizes (kept for
-// sandboxes with a terminal; ignored without one).
-type ClientMessage struct {
-	Stdin    []byte  `json:"stdin,omitempty"`
-	StdinEOF bool    `json:"stdin_eof,omitempty"`
-	Resize   *Resize `json:"resize,omitempty"`
-}
-
-// Resize is a terminal's new size.
-type Resize struct {
-	Cols int `json:"cols"`
-	Rows int `json:"rows"`
 }
 
 // NDJSON is the media type of a plain exec stream: one Frame per line.
@@ -241,8 +224,8 @@ func (m *Manager) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if req.Stdin {
-		writeErr(w, fmt.Errorf("%w: stdin needs the WebSocket form of exec (GET with Upgrade: websocket)", ErrBadRequest))
+	if req.Stdin || req.TTY {
+		writeErr(w, fmt.Errorf("%w: stdin and tty need the WebSocket form of exec (GET with Upgrade: websocket), where input and resize messages travel", ErrBadRequest))
 		return
 	}
 	id := chi.URLParam(r, "id")
@@ -286,93 +269,6 @@ func (m *Manager) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = send(Frame{Result: &res})
-}
-
-// handleExecWS serves the two-way form: the client's first message is the ExecRequest,
-// then stdin and resize messages; the server sends the frames of the plain form.
-func (m *Manager) handleExecWS(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
-	if _, err := m.Get(id); err != nil {
-		writeErr(w, err)
-		return
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{})
-	_ = rc.SetReadDeadline(time.Time{})
-	c, err := websocket.Accept(w, r, nil)
-	if err != nil {
-		return // Accept answered
-	}
-	defer c.CloseNow()
-	c.SetReadLimit(maxSpecBody)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	var req ExecRequest
-	typ, b, err := c.Read(ctx)
-	if err == nil && typ != websocket.MessageText {
-		err = errors.New("the first message must be the exec request as JSON text")
-	}
-	if err == nil {
-		err = json.Unmarshal(b, &req)
-	}
-	if err != nil {
-		c.Close(websocket.StatusPolicyViolation, truncate("exec request: "+err.Error(), 120))
-		return
-	}
-	var wmu sync.Mutex
-	send := func(f Frame) error {
-		b, _ := json.Marshal(f)
-		wmu.Lock()
-		defer wmu.Unlock()
-		return c.Write(ctx, websocket.MessageText, b)
-	}
-	var stdin io.Reader
-	var pw *io.PipeWriter
-	if req.Stdin {
-		var pr *io.PipeReader
-		pr, pw = io.Pipe()
-		stdin = pr
-		defer pr.Close()
-	}
-	// The reader goroutine feeds stdin and notices the client going away, which ends the
-	// command (ctx).
-	go func() {
-		defer cancel()
-		for {
-			_, b, err := c.Read(ctx)
-			if err != nil {
-				if pw != nil {
-					pw.CloseWithError(io.ErrUnexpectedEOF)
-				}
-				return
-			}
-			var msg ClientMessage
-			if json.Unmarshal(b, &msg) != nil {
-				continue
-			}
-			if pw != nil && len(msg.Stdin) > 0 {
-				if _, err := pw.Write(msg.Stdin); err != nil {
-					pw = nil
-				}
-			}
-			if pw != nil && msg.StdinEOF {
-				pw.Close()
-				pw = nil
-			}
-		}
-	}()
-	res, err := m.Exec(ctx, id, req, ExecIO{
-		Stdin:   stdin,
-		Output:  func(stream string, p []byte) error { return send(Frame{Stream: stream, Data: p}) },
-		Started: func(execID string) { _ = send(Frame{ExecID: execID}) },
-	})
-	if err != nil {
-		_ = send(Frame{Error: err.Error()})
-		c.Close(websocket.StatusNormalClosure, "")
-		return
-	}
-	_ = send(Frame{Result: &res})
-	c.Close(websocket.StatusNormalClosure, "")
 }
 
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {

@@ -88,7 +88,7 @@ func (c *Client) Result(ctx context.Context, id, execID string) (ExecResult, err
 func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (ExecResult, error) {
 	if stdin != nil {
 		req.Stdin = true
-		return c.execWS(ctx, id, req, stdin, stdout, stderr)
+		return c.execWS(ctx, id, req, stdin, nil, stdout, stderr)
 	}
 	b, _ := json.Marshal(req)
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+sbxPath(id, "/exec"), bytes.NewReader(b))
@@ -120,7 +120,17 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdin io.
 	return ExecResult{ExecID: execID}, lostStream(execID, sc.Err())
 }
 
-func (c *Client) execWS(ctx context.Context, id string, req ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (ExecResult, error) {
+// ExecTTY runs a command on a terminal of the sandbox's own ("tty": true), over the
+// WebSocket form: stdin, when not nil, is what is typed at the terminal (its end is not
+// the command's: a terminal's input has none), out receives everything the terminal
+// shows, and each size received on resize is sent as a resize message until the command
+// ends. req.TTYSize is the size at start.
+func (c *Client) ExecTTY(ctx context.Context, id string, req ExecRequest, stdin io.Reader, out io.Writer, resize <-chan sandbox.WindowSize) (ExecResult, error) {
+	req.TTY, req.Stdin = true, stdin != nil
+	return c.execWS(ctx, id, req, stdin, resize, out, nil)
+}
+
+func (c *Client) execWS(ctx context.Context, id string, req ExecRequest, stdin io.Reader, resize <-chan sandbox.WindowSize, stdout, stderr io.Writer) (ExecResult, error) {
 	u := strings.TrimRight(c.BaseURL, "/") + sbxPath(id, "/exec")
 	u = "ws" + strings.TrimPrefix(u, "http")
 	conn, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c.hc(),
@@ -137,23 +147,14 @@ func (c *Client) execWS(ctx context.Context, id string, req ExecRequest, stdin i
 	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
 		return ExecResult{}, err
 	}
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := stdin.Read(buf)
-			if n > 0 {
-				m, _ := json.Marshal(ClientMessage{Stdin: buf[:n]})
-				if conn.Write(ctx, websocket.MessageText, m) != nil {
-					return
-				}
-			}
-			if err != nil {
-				m, _ := json.Marshal(ClientMessage{StdinEOF: true})
-				_ = conn.Write(ctx, websocket.MessageText, m)
-				return
-			}
-		}
-	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if resize != nil {
+		go sendResizes(ctx, conn, resize)
+	}
+	if stdin != nil {
+		go sendStdin(ctx, conn, stdin)
+	}
 	var execID string
 	for {
 		_, msg, err := conn.Read(ctx)
@@ -166,6 +167,43 @@ func (c *Client) execWS(ctx context.Context, id string, req ExecRequest, stdin i
 		}
 		if done, res, err := handleFrame(f, &execID, stdout, stderr); done {
 			return res, err
+		}
+	}
+}
+
+// sendResizes sends each size as a resize message until ctx ends.
+func sendResizes(ctx context.Context, conn *websocket.Conn, resize <-chan sandbox.WindowSize) {
+	for {
+		select {
+		case s, ok := <-resize:
+			if !ok {
+				return
+			}
+			m, _ := json.Marshal(ClientMessage{Resize: &Resize{Rows: int(s.Rows), Cols: int(s.Cols)}})
+			if conn.Write(ctx, websocket.MessageText, m) != nil {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// sendStdin sends stdin as stdin messages, then its end.
+func sendStdin(ctx context.Context, conn *websocket.Conn, stdin io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := stdin.Read(buf)
+		if n > 0 {
+			m, _ := json.Marshal(ClientMessage{Stdin: buf[:n]})
+			if conn.Write(ctx, websocket.MessageText, m) != nil {
+				return
+			}
+		}
+		if err != nil {
+			m, _ := json.Marshal(ClientMessage{StdinEOF: true})
+			_ = conn.Write(ctx, websocket.MessageText, m)
+			return
 		}
 	}
 }

@@ -49,8 +49,15 @@ type ExecRequest struct {
 	// Stdin says the client sends standard input (WebSocket only); without it the
 	// command reads an empty input.
 	Stdin bool `json:"stdin,omitempty"`
-	// TTY asks for a terminal; sandbox sessions do not offer one yet (refused).
+	// TTY runs the command on a terminal of the sandbox's own (sandbox.TTY: a terminal of
+	// its private devpts, never the host's; WebSocket only, where resize messages change
+	// its size). Its output is one stream (stdout); stdin, when sent, is what is typed.
 	TTY bool `json:"tty,omitempty"`
+	// TTYSize is the terminal's size at start (default 24 rows, 80 columns); tty only.
+	TTYSize *Resize `json:"tty_size,omitempty"`
+	// Term is the terminal's type, the command's $TERM unless env sets one (default
+	// xterm-256color; a name that is not plain is replaced by the default); tty only.
+	Term string `json:"term,omitempty"`
 }
 
 // ExecResult is the last frame of an exec, and what GET .../execs/{exec_id} returns.
@@ -85,6 +92,8 @@ type ExecIO struct {
 	Output Output
 	// Started is called once the exec has its id, before the policy is asked.
 	Started func(execID string)
+	// Resize carries a terminal's later sizes (ExecRequest.TTY); see sandbox.TTY.Resize.
+	Resize <-chan sandbox.WindowSize
 }
 
 // Exec runs one command in session id under the exec phase of the policy and returns its
@@ -130,7 +139,15 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, eio Exec
 		attribute.String("airlock.sandbox.id", id), attribute.String("airlock.exec.id", execID),
 		attribute.StringSlice("process.command_args", req.Argv)))
 	out := &execOutput{out: eio.Output, cancel: cancel}
-	final := s.run(ctx, req, timeout, eio.Stdin, out, res)
+	var tty *sandbox.TTY
+	if req.TTY {
+		size := Resize{Rows: 24, Cols: 80}
+		if req.TTYSize != nil {
+			size = *req.TTYSize
+		}
+		tty = &sandbox.TTY{Term: req.Term, Size: size.window(), Resize: eio.Resize}
+	}
+	final := s.run(ctx, req, timeout, execStdio{eio.Stdin, tty}, out, res)
 	final.StdoutBytes, final.StderrBytes = out.counts()
 	span.SetAttributes(attribute.Int("process.exit.code", final.ExitCode), attribute.String("airlock.decision", final.Decision),
 		attribute.Int64("airlock.exec.output_bytes", final.StdoutBytes+final.StderrBytes), attribute.Bool("airlock.exec.timed_out", final.TimedOut))
@@ -148,8 +165,14 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, eio Exec
 	return final, nil
 }
 
+// execStdio is a command's input and, with a terminal, its terminal.
+type execStdio struct {
+	stdin io.Reader
+	tty   *sandbox.TTY
+}
+
 // run decides, holds if need be, and runs the command; it fills in res's outcome.
-func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duration, stdin io.Reader, out *execOutput, res *ExecResult) (r ExecResult) {
+func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duration, sio execStdio, out *execOutput, res *ExecResult) (r ExecResult) {
 	m := s.m
 	r = *res
 	r.State = "done"
@@ -182,7 +205,12 @@ func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duratio
 	}
 	r.Decision, r.Rule = string(dec.Action), dec.Rule
 	refuse := func(msg string) ExecResult {
-		out.write("stderr", []byte("airlock: "+msg+"\n"))
+		if sio.tty != nil {
+			// A terminal's output is one stream, and a client's terminal is in raw mode.
+			out.write("stdout", []byte("airlock: "+msg+"\r\n"))
+		} else {
+			out.write("stderr", []byte("airlock: "+msg+"\n"))
+		}
 		r.ExitCode = ExitRefused
 		r.Error = msg
 		return r
@@ -218,11 +246,14 @@ func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duratio
 		// The command's requests name it (see Credentials); set last, so that they win.
 		env = append(env, "HTTP_PROXY="+url, "HTTPS_PROXY="+url, "http_proxy="+url, "https_proxy="+url)
 	}
-	res2, err := s.sb.Run(ctx, sandbox.Command{Args: req.Argv, Env: env, Dir: req.Cwd, Stdin: stdin,
+	res2, err := s.sb.Run(ctx, sandbox.Command{Args: req.Argv, Env: env, Dir: req.Cwd, Stdin: sio.stdin, TTY: sio.tty,
 		Stdout: out.stream("stdout"), Stderr: out.stream("stderr"), OutputLimit: 1, Timeout: timeout})
 	r.ExitCode, r.Signal, r.TimedOut = res2.ExitCode, res2.Signal, res2.TimedOut
 	if err != nil {
+		var ce *ClientError
 		switch {
+		case errors.As(context.Cause(ctx), &ce):
+			r.Error = "the command was killed: " + ce.Error()
 		case errors.Is(err, sandbox.ErrClosed):
 			r.Error = "the sandbox was deleted during the command"
 		case out.gone():
@@ -309,8 +340,16 @@ func checkExec(req *ExecRequest, def time.Duration) (time.Duration, error) {
 			return bad("argv holds a NUL byte")
 		}
 	}
-	if req.TTY {
-		return bad("tty: sandbox sessions do not offer terminals yet; run without tty")
+	if !req.TTY && (req.TTYSize != nil || req.Term != "") {
+		return bad("tty_size and term are for a terminal: add \"tty\": true")
+	}
+	if req.Term != "" && !plainTerm(req.Term) {
+		return bad("term %q: want a terminal type such as xterm-256color (letters, digits, '.', '_', '+', '-')", req.Term)
+	}
+	if req.TTYSize != nil {
+		if err := req.TTYSize.check("tty_size"); err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
 	}
 	if req.Cwd != "" && (!path.IsAbs(req.Cwd) || path.Clean(req.Cwd) != req.Cwd) {
 		return bad("cwd %q: want a clean absolute path such as /workspace/src", req.Cwd)

@@ -306,7 +306,7 @@ func TestBadInput(t *testing.T) {
 		{"invalid id", "GET", "/v1/sandboxes/SBX", nil, 400, "invalid sandbox id"},
 		{"exec unknown id", "POST", "/v1/sandboxes/sbx-nope/exec", session.ExecRequest{Argv: []string{"true"}}, 404, "no sandbox"},
 		{"empty argv", "POST", "/v1/sandboxes/" + id + "/exec", session.ExecRequest{}, 400, "argv is empty"},
-		{"tty", "POST", "/v1/sandboxes/" + id + "/exec", session.ExecRequest{Argv: []string{"sh"}, TTY: true}, 400, "terminals"},
+		{"tty on the plain form", "POST", "/v1/sandboxes/" + id + "/exec", session.ExecRequest{Argv: []string{"sh"}, TTY: true}, 400, "WebSocket"},
 		{"relative cwd", "POST", "/v1/sandboxes/" + id + "/exec", session.ExecRequest{Argv: []string{"true"}, Cwd: "src"}, 400, "cwd"},
 		{"bad timeout", "POST", "/v1/sandboxes/" + id + "/exec", session.ExecRequest{Argv: []string{"true"}, Timeout: "-1s"}, 400, "timeout"},
 		{"unknown field", "POST", "/v1/sandboxes/" + id + "/exec", []byte(`{"argv":["true"],"cmd":"x"}`), 400, "unknown field"},

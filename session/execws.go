@@ -1,0 +1,215 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/go-chi/chi/v5"
+
+	"github.com/airlock-proxy/airlock/sandbox"
+)
+
+// ClientMessage is a message of a WebSocket exec stream, client to server: the first is
+// the ExecRequest; then stdin data (with "stdin": true), the end of stdin, and terminal
+// resizes (with "tty": true they change the terminal's size, and the command sees
+// SIGWINCH; without a terminal a valid resize is ignored). A message that is not one (not
+// JSON, an unknown field, a resize out of range, stdin not asked for) ends the exec: its
+// command is killed, the result says why, and the server closes the WebSocket with 1008
+// (policy violation) and the reason.
+type ClientMessage struct {
+	Stdin    []byte  `json:"stdin,omitempty"`
+	StdinEOF bool    `json:"stdin_eof,omitempty"`
+	Resize   *Resize `json:"resize,omitempty"`
+}
+
+// Resize is a terminal's size in characters: both from 1 to 65535.
+type Resize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+// MaxTermSize is the largest number of rows or columns of a terminal (the kernel's).
+const MaxTermSize = 65535
+
+func (r Resize) check(what string) error {
+	if r.Rows < 1 || r.Rows > MaxTermSize || r.Cols < 1 || r.Cols > MaxTermSize {
+		return fmt.Errorf("%s: rows %d, cols %d: want both from 1 to %d", what, r.Rows, r.Cols, MaxTermSize)
+	}
+	return nil
+}
+
+func (r Resize) window() sandbox.WindowSize {
+	return sandbox.WindowSize{Rows: uint16(r.Rows), Cols: uint16(r.Cols)}
+}
+
+// plainTerm reports whether a terminal type is a plain name (as sandbox.TTY takes it).
+func plainTerm(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._+-", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// ClientError is why a WebSocket exec was ended for its client's message; it is the
+// cause of the exec's cancelled context, and its text the result's error.
+type ClientError struct{ msg string }
+
+func (e *ClientError) Error() string { return e.msg }
+
+// parseClientMessage reads one client message strictly; req is the exec's request.
+func parseClientMessage(b []byte, req *ExecRequest, stdinOpen bool) (ClientMessage, error) {
+	var msg ClientMessage
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&msg); err != nil {
+		return msg, &ClientError{"client message: " + truncate(err.Error(), 200)}
+	}
+	if msg.Resize != nil {
+		if err := msg.Resize.check("resize"); err != nil {
+			return msg, &ClientError{err.Error()}
+		}
+	}
+	if (len(msg.Stdin) > 0 || msg.StdinEOF) && !req.Stdin {
+		return msg, &ClientError{`stdin: the exec request did not ask to send input ("stdin": true)`}
+	}
+	if len(msg.Stdin) > 0 && !stdinOpen {
+		return msg, &ClientError{"stdin after stdin_eof"}
+	}
+	return msg, nil
+}
+
+// handleExecWS serves the two-way form: the client's first message is the ExecRequest,
+// then ClientMessages; the server sends the frames of the plain form.
+func (m *Manager) handleExecWS(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if _, err := m.Get(id); err != nil {
+		writeErr(w, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	_ = rc.SetReadDeadline(time.Time{})
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept answered
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(maxSpecBody)
+	// The connection lives on r's context; the command on ctx, which the client's going
+	// away or a bad message (its cause, a ClientError) ends.
+	conn := r.Context()
+	ctx, cancel := context.WithCancelCause(conn)
+	defer cancel(nil)
+	var req ExecRequest
+	typ, b, err := c.Read(conn)
+	if err == nil && typ != websocket.MessageText {
+		err = errors.New("the first message must be the exec request as JSON text")
+	}
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&req)
+	}
+	if err != nil {
+		c.Close(websocket.StatusPolicyViolation, truncate("exec request: "+err.Error(), 120))
+		return
+	}
+	var wmu sync.Mutex
+	send := func(f Frame) error {
+		b, _ := json.Marshal(f)
+		wmu.Lock()
+		defer wmu.Unlock()
+		return c.Write(conn, websocket.MessageText, b)
+	}
+	var stdin io.Reader
+	var pw *io.PipeWriter
+	if req.Stdin {
+		var pr *io.PipeReader
+		pr, pw = io.Pipe()
+		stdin = pr
+		defer pr.Close()
+	}
+	resize := make(chan sandbox.WindowSize, 1)
+	go m.readClient(conn, c, &req, pw, resize, cancel)
+	eio := ExecIO{
+		Stdin:   stdin,
+		Output:  func(stream string, p []byte) error { return send(Frame{Stream: stream, Data: p}) },
+		Started: func(execID string) { _ = send(Frame{ExecID: execID}) },
+	}
+	if req.TTY {
+		eio.Resize = resize
+	}
+	res, err := m.Exec(ctx, id, req, eio)
+	if err != nil {
+		_ = send(Frame{Error: err.Error()})
+		c.Close(websocket.StatusNormalClosure, "")
+		return
+	}
+	_ = send(Frame{Result: &res})
+	var ce *ClientError
+	if errors.As(context.Cause(ctx), &ce) {
+		c.Close(websocket.StatusPolicyViolation, truncate(ce.Error(), 120))
+		return
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+}
+
+// readClient reads the client's messages until the connection ends, feeding stdin (pw)
+// and resize (the latest size wins: an older one still queued is dropped). The end of
+// the connection ends the command; so does a bad message, with a ClientError as cause.
+func (m *Manager) readClient(ctx context.Context, c *websocket.Conn, req *ExecRequest, pw *io.PipeWriter,
+	resize chan sandbox.WindowSize, cancel context.CancelCauseFunc) {
+	eof := false // the client sent stdin_eof
+	defer func() {
+		if pw != nil {
+			pw.CloseWithError(io.ErrUnexpectedEOF)
+		}
+	}()
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			cancel(nil)
+			return
+		}
+		msg, err := parseClientMessage(b, req, !eof)
+		if err != nil {
+			cancel(err)
+			return
+		}
+		if msg.Resize != nil {
+			select {
+			case <-resize:
+			default:
+			}
+			resize <- msg.Resize.window()
+		}
+		if len(msg.Stdin) > 0 && pw != nil {
+			if _, err := pw.Write(msg.Stdin); err != nil {
+				// The command no longer reads its input (it ended): what follows is
+				// dropped, as a pipe whose reader is gone drops it.
+				pw = nil
+			}
+		}
+		if msg.StdinEOF {
+			eof = true
+			if pw != nil {
+				pw.Close()
+				pw = nil
+			}
+		}
+	}
+}
