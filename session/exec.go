@@ -343,7 +343,7 @@ func checkExec(req *ExecRequest, def time.Duration) (time.Duration, error) {
 	if !req.TTY && (req.TTYSize != nil || req.Term != "") {
 		return bad("tty_size and term are for a terminal: add \"tty\": true")
 	}
-	if req.Term != "" && !plainTerm(req.Term) {
+	if req.Term != "" && !PlainTerm(req.Term) {
 		return bad("term %q: want a terminal type such as xterm-256color (letters, digits, '.', '_', '+', '-')", req.Term)
 	}
 	if req.TTYSize != nil {

@@ -51,8 +51,9 @@ func (r Resize) window() sandbox.WindowSize {
 	return sandbox.WindowSize{Rows: uint16(r.Rows), Cols: uint16(r.Cols)}
 }
 
-// plainTerm reports whether a terminal type is a plain name (as sandbox.TTY takes it).
-func plainTerm(s string) bool {
+// PlainTerm reports whether a terminal type (ExecRequest.Term) is a plain name: letters,
+// digits, '.', '_', '+' and '-', at most 64 bytes.
+func PlainTerm(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false
 	}

@@ -105,7 +105,7 @@ func TestOpenAPISchemas(t *testing.T) {
 	doc := loadOpenAPI(t)
 	for name, v := range map[string]any{
 		"Spec": session.Spec{}, "Info": session.Info{}, "ExecRequest": session.ExecRequest{},
-		"ExecResult": session.ExecResult{}, "Frame": session.Frame{}, "ClientMessage": session.ClientMessage{},
+		"ExecResult": session.ExecResult{}, "Frame": session.Frame{}, "ClientMessage": session.ClientMessage{}, "Resize": session.Resize{},
 	} {
 		s, ok := doc.Components.Schemas[name]
 		if !ok {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -131,53 +130,7 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 	}
 	sf.bind(create)
 
-	var timeout, cwd string
-	var env []string
-	var interactive, raw bool
-	exec := &cobra.Command{
-		Use:   "exec ID [flags] -- CMD [ARG...]",
-		Short: "Run a command in a sandbox, streaming its output; exits with its status (124 on timeout)",
-		Example: `  airlock sandbox exec sbx-1a2b -- sh -c 'cd /workspace && go test ./...'
-  echo data | airlock sandbox exec sbx-1a2b -i -- sh -c 'cat > /tmp/in'`,
-		Args: cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := af.client()
-			if err != nil {
-				return err
-			}
-			e, err := parseEnvFlags(env)
-			if err != nil {
-				return err
-			}
-			req := session.ExecRequest{Argv: args[1:], Env: e, Cwd: cwd, Timeout: timeout}
-			var stdin io.Reader
-			if interactive {
-				stdin = os.Stdin
-			}
-			stdout, stderr, done := commandOutput(raw)
-			res, err := c.Exec(cmd.Context(), args[0], req, stdin, stdout, stderr)
-			done()
-			if err != nil {
-				return err
-			}
-			if res.TimedOut {
-				fmt.Fprintf(os.Stderr, "airlock: command timed out in sandbox %s; its processes were killed\n", args[0])
-				return exitCode(sandbox.ExitTimeout)
-			}
-			if res.Error != "" && res.ExitCode != session.ExitRefused {
-				fmt.Fprintf(os.Stderr, "airlock: %s\n", termsafe.Text(res.Error))
-			}
-			if res.ExitCode != 0 {
-				return exitCode(res.ExitCode)
-			}
-			return nil
-		},
-	}
-	exec.Flags().StringVar(&timeout, "timeout", "", "wall-clock limit of the command, e.g. 30s (exit status 124 when it passes)")
-	exec.Flags().StringVar(&cwd, "cwd", "", "working directory inside (default /workspace, or $HOME without a workspace)")
-	exec.Flags().StringArrayVar(&env, "env", nil, "environment variable K=V for this command (repeatable)")
-	exec.Flags().BoolVarP(&interactive, "interactive", "i", false, "send this process's standard input to the command")
-	exec.Flags().BoolVar(&raw, "raw-output", false, "pass the command's output unchanged (see sandbox run)")
+	exec := newExecCmd(&af)
 
 	cp := &cobra.Command{
 		Use:   "cp SRC ID:PATH | ID:PATH DST",
