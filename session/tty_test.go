@@ -209,6 +209,25 @@ func TestTTYBadClientMessage(t *testing.T) {
 			}
 		})
 	}
+	// A first message with an unknown field runs nothing: 1008 naming the field.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	if err := conn.Write(ctx, websocket.MessageText, []byte(`{"argv":["touch","/tmp/ran"],"tty":true,"rows":24}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = conn.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.Contains(ce.Reason, `unknown field "rows"`) {
+		t.Errorf("first message with an unknown field: %v", err)
+	}
+	if _, _, res, _ := e.exec(t, info.ID, session.ExecRequest{Argv: []string{"test", "-e", "/tmp/ran"}}); res.ExitCode != 1 {
+		t.Errorf("the refused request ran: %+v", res)
+	}
 	if _, _, res, _ := e.exec(t, info.ID, session.ExecRequest{Argv: []string{"true"}}); res.ExitCode != 0 {
 		t.Errorf("the sandbox after bad messages: %+v", res)
 	}
