@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,7 +55,7 @@ func (s *screen) waitFor(t *testing.T, want string) {
 func TestTTYExec(t *testing.T) {
 	e := newEnv(t, nil)
 	info := e.create(t, session.Spec{})
-	script := `tty; stty size; echo "$TERM"; echo err-line >&2
+	script := `tty; stty size; echo "$TERM"; echo err-line >&2; echo "ptsdev=$(stat -c %d "$(tty)")"
 trap 'echo "resized $(stty size)"' WINCH
 trap 'echo interrupted; exit 3' INT
 echo ready
@@ -79,6 +81,14 @@ while :; do sleep 0.1; done
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("want %q on the terminal: %q", want, out.String())
 		}
+	}
+	// The terminal is of another devpts than the host's.
+	var host syscall.Stat_t
+	if err := syscall.Stat("/dev/pts", &host); err != nil {
+		t.Fatal(err)
+	}
+	if dev := fmt.Sprintf("ptsdev=%d\r", host.Dev); strings.Contains(out.String(), dev) || !strings.Contains(out.String(), "ptsdev=") {
+		t.Errorf("the terminal is of the host's devpts (%s): %q", dev, out.String())
 	}
 	resize <- sandbox.WindowSize{Rows: 20, Cols: 70}
 	out.waitFor(t, "resized 20 70")
