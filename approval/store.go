@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Errors of a Store and of deciding.
@@ -92,6 +94,15 @@ func OpenStore(ctx context.Context, dsn string) (Store, error) {
 	}
 }
 
+// SQLitePath is the file of a "sqlite:PATH" store address; ok is false for any other.
+func SQLitePath(dsn string) (path string, ok bool) {
+	kind, rest, err := parseStoreDSN(dsn)
+	if err != nil || kind != "sqlite" {
+		return "", false
+	}
+	return rest, true
+}
+
 func parseStoreDSN(dsn string) (kind, rest string, err error) {
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
@@ -101,6 +112,12 @@ func parseStoreDSN(dsn string) (kind, rest string, err error) {
 		}
 		return "sqlite", p, nil
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		// Parsed here, without connecting, so that a malformed address is a config problem
+		// (and one `airlock proxy --check` reports) rather than a failure at start.
+		if _, err := pgx.ParseConfig(dsn); err != nil {
+			// pgx errors may quote the connection string; do not pass them on.
+			return "", "", fmt.Errorf("%s is not a valid PostgreSQL address; want a URL such as postgres://HOST:5432/airlock", redactDSN(dsn))
+		}
 		return "postgres", dsn, nil
 	}
 	return "", "", fmt.Errorf(`want "sqlite:PATH" or "postgres://…", got %q`, redactDSN(dsn))

@@ -97,6 +97,12 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 			s.close(context.Background())
 		}
 	}()
+	// First, before anything is written: a config that preflight (airlock proxy --check)
+	// refuses is refused here with the same words.
+	s.engine, err = preflight(ctx, cfg, log)
+	if err != nil {
+		return nil, cfg.src.locate(err)
+	}
 	s.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "airlock", Version: version, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
@@ -105,10 +111,6 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	s.ca, err = loadOrInitCA(cfg, log)
 	if err != nil {
 		return nil, err
-	}
-	s.engine, err = preflight(ctx, cfg, log)
-	if err != nil {
-		return nil, cfg.src.locate(err)
 	}
 	var auditor proxy.Auditor
 	if cfg.AuditLog != "-" {
