@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"net/url"
 	"strings"
 	"time"
 
@@ -103,6 +105,25 @@ func SQLitePath(dsn string) (path string, ok bool) {
 	return rest, true
 }
 
+// CheckStore parses a store address as OpenStore does before it connects (for
+// PostgreSQL, pgx's parsing: its options, and the TLS files they name, which it reads),
+// without connecting or writing. `airlock proxy --check` runs it.
+func CheckStore(dsn string) error {
+	kind, _, err := parseStoreDSN(dsn)
+	if err != nil || kind != "postgres" {
+		return err
+	}
+	if _, err := pgx.ParseConfig(dsn); err != nil {
+		// pgx errors quote the connection string: only a file's error is passed on.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("%s: %w; want the files its options name readable", redactDSN(dsn), pe)
+		}
+		return fmt.Errorf("%s is not a valid PostgreSQL address; want a URL such as postgres://HOST:5432/airlock with valid options", redactDSN(dsn))
+	}
+	return nil
+}
+
 func parseStoreDSN(dsn string) (kind, rest string, err error) {
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
@@ -112,10 +133,9 @@ func parseStoreDSN(dsn string) (kind, rest string, err error) {
 		}
 		return "sqlite", p, nil
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		// Parsed here, without connecting, so that a malformed address is a config problem
-		// (and one `airlock proxy --check` reports) rather than a failure at start.
-		if _, err := pgx.ParseConfig(dsn); err != nil {
-			// pgx errors may quote the connection string; do not pass them on.
+		// A malformed URL is a config problem, not a failure at start. (url errors quote
+		// the address, password and all: not passed on.)
+		if _, err := url.Parse(dsn); err != nil {
 			return "", "", fmt.Errorf("%s is not a valid PostgreSQL address; want a URL such as postgres://HOST:5432/airlock", redactDSN(dsn))
 		}
 		return "postgres", dsn, nil

@@ -108,6 +108,10 @@ func TestCheckReportsEveryStartupError(t *testing.T) {
 			"FILE:1: approvals.store: " + bad + " is not an SQLite database"},
 		{"postgres address", "approvals: {store: 'postgres://%zz'}\n", nil, nil,
 			"FILE:1: approvals.store: postgres://%zz is not a valid PostgreSQL address; want a URL such as postgres://HOST:5432/airlock"},
+		{"postgres options", "approvals: {store: 'postgres://db:5432/airlock?sslmode=sometimes'}\n", nil, nil,
+			"FILE:1: approvals.store: postgres://db:5432/airlock?sslmode=sometimes is not a valid PostgreSQL address; want a URL such as postgres://HOST:5432/airlock with valid options"},
+		{"postgres CA file missing", "approvals: {store: 'postgres://db:5432/airlock?sslmode=verify-full&sslrootcert=" + dir + "/none.crt'}\n", nil, nil,
+			"FILE:1: approvals.store: postgres://db:5432/airlock?sslmode=verify-full&sslrootcert=" + dir + "/none.crt: open " + dir + "/none.crt: no such file or directory; want the files its options name readable"},
 		{"home under a file", "home: " + short + "/home\n", nil, nil,
 			"FILE:1: home: " + short + " is not a directory; want a directory airlock can keep its state in"},
 		{"broken CA", "home: " + brokenHome + "\n", nil, nil,
@@ -172,13 +176,18 @@ func TestCheckReportsEveryStartupError(t *testing.T) {
 // checks (files, directories, the policy) alike; a key already found wrong is reported once.
 func TestCheckReportsAllProblemsAtOnce(t *testing.T) {
 	dir := t.TempDir()
+	shared := filepath.Join(dir, "shared.key") // a secret file others may read
+	if err := os.WriteFile(shared, []byte(strings.Repeat("k", 40)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	p := writeConfig(t, "approvals:\n  timout: 5m\n  timeout: 5 minutes\n  store: 'sqlite:/etc/passwd/approvals.db'\nlimits:\n  upstream_header_timeout: 60\nrequire_auth: maybe\n"+
-		"audit: {fsync: sometimes}\nlog: {level: loud}\naudit_log: /etc/passwd/audit.jsonl\nupstream_ca: "+dir+"/none.pem\npolicy: "+dir+"\n")
+		"audit: {fsync: sometimes}\nlog: {level: loud}\naudit_log: /etc/passwd/audit.jsonl\nupstream_ca: "+dir+"/none.pem\npolicy: "+dir+"\nproxy:\n  token_key_file: "+shared+"\n")
 	_, _, err := runCheckArgs(t, "--config", p, "--listen", "127.0.0.1:99999")
 	got := errorLines(err)
 	want := []string{"--listen: ", p + ":2: approvals.timout: ", p + ":3: approvals.timeout: ", p + ":4: approvals.store: /etc/passwd is not a directory",
 		p + ":6: limits.upstream_header_timeout: ", p + ":7: require_auth: ", p + ":8: audit.fsync: ", p + ":9: log.level: ",
-		p + ":10: audit_log: /etc/passwd is not a directory", p + ":11: upstream_ca: open " + dir + "/none.pem", p + ":12: policy: load policy " + dir + ": no .rego files"}
+		p + ":10: audit_log: /etc/passwd is not a directory", p + ":11: upstream_ca: open " + dir + "/none.pem", p + ":12: policy: load policy " + dir + ": no .rego files",
+		p + ":14: proxy.token_key_file: " + shared + " may be read by group or others"}
 	if len(got) != len(want) {
 		t.Fatalf("got %d problems, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
 	}

@@ -103,9 +103,7 @@ func (f *proxyFlags) loadProblems(cmd *cobra.Command) (*Config, []error, error) 
 	}
 	cfg.defaults()
 	validated := leaves(cfg.Validate())
-	if len(validated) == 0 {
-		validated = leaves(checkSecretFiles(cfg.secretFiles()))
-	}
+	validated = append(validated, dropShadowed(validated, leaves(checkSecretFiles(cfg.secretFiles())))...)
 	cfg.src = kl
 	return cfg, append(decoded, dropShadowed(decoded, validated)...), nil
 }

@@ -46,6 +46,9 @@ func checkPaths(cfg *Config) []error {
 			errs = append(errs, fmt.Errorf("audit.decision_log: %w; want a file airlock can create or append to, in an existing directory", err))
 		}
 	}
+	if err := approval.CheckStore(cfg.Approvals.Store); err != nil {
+		errs = append(errs, fmt.Errorf("approvals.store: %w", err))
+	}
 	if p, ok := approval.SQLitePath(cfg.Approvals.Store); ok && !underBadHome(p) {
 		err := fileProblem(p, true, os.O_RDWR)
 		if err == nil {
