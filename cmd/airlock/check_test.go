@@ -203,7 +203,8 @@ func TestCheckReportsAllProblemsAtOnce(t *testing.T) {
 func TestCheckOKIsOneLine(t *testing.T) {
 	// The sessions' state directory is named so that the default (/run/airlock/sessions),
 	// which a user other than root may not create, gives no warning.
-	p := writeConfig(t, "sessions: {state_dir: "+filepath.Join(t.TempDir(), "sessions")+"}\n")
+	// A debug log in JSON is the proxy's, not --check's.
+	p := writeConfig(t, "log: {level: debug, format: json}\nsessions: {state_dir: "+filepath.Join(t.TempDir(), "sessions")+"}\n")
 	out, errOut, err := runCheckArgs(t, "--config", p)
 	if err != nil {
 		t.Fatal(err)
