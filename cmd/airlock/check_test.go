@@ -122,6 +122,12 @@ func TestCheckReportsEveryStartupError(t *testing.T) {
 			"FILE:1: upstream_ca: " + short + ": no PEM certificates found; want a PEM file of CA certificates"},
 		{"token key short", "proxy: {token_key_file: " + short + "}\n", nil, nil,
 			"FILE:1: proxy.token_key_file: " + short + " line 1: a key of 5 bytes; want at least"},
+		{"vault CA not PEM", "vault:\n  address: https://vault.test:8200\n  ca_cert: " + short + "\ncredentials:\n  api: {vault: {path: secret/data/api}, inject: {header: Authorization, value: 'Bearer {{ .value }}'}}\n", nil, nil,
+			"FILE:3: vault.ca_cert: " + short + ": no PEM certificates found; want a PEM file of CA certificates"},
+		{"trace exporter from the environment", "", nil, map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"},
+			`telemetry: OTEL_TRACES_EXPORTER="zipkin": airlock supports otlp or none`},
+		{"OTLP protocol from the environment", "", nil, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+			`telemetry: OTLP protocol "http/json": want http/protobuf or grpc`},
 		{"parent proxy from the environment", "", nil, map[string]string{"HTTPS_PROXY": "http://[::1"},
 			`HTTPS_PROXY: "http://[::1" is not a URL`},
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-proxy/airlock/internal/bearer"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/telemetry"
 )
 
 // preflight runs every check start-up makes short of binding, serving and reaching a
@@ -19,7 +20,8 @@ import (
 // loads, and $AIRLOCK_HOME, the audit log, the decision log and the approval store can be
 // created or opened for writing where start-up would (checkPaths, without creating them);
 // every file the config names can be read and holds what it should (tokens of the right
-// length, keys, certificates); the parent proxy from the environment parses.
+// length, keys, certificates); the parent proxy and the OTEL_* exporter choices from the
+// environment parse.
 // `airlock proxy --check` is preflight; build runs it first and uses its policy engine, so
 // that a config --check passes does not fail to start for a reason --check could have
 // seen. What is left to start-up is what needs a network peer (Vault, PostgreSQL) or a
@@ -38,6 +40,9 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (*rego.Engine
 	pc := *cfg
 	pc.UpstreamProxyAuth.Credential = ""
 	if _, err := parentProxy(&pc, nil); err != nil {
+		errs = append(errs, err)
+	}
+	if err := telemetry.CheckEnv(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(dedupe(errs)...); err != nil {
