@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"net/url"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Errors of a Store and of deciding.
@@ -92,6 +96,34 @@ func OpenStore(ctx context.Context, dsn string) (Store, error) {
 	}
 }
 
+// SQLitePath is the file of a "sqlite:PATH" store address; ok is false for any other.
+func SQLitePath(dsn string) (path string, ok bool) {
+	kind, rest, err := parseStoreDSN(dsn)
+	if err != nil || kind != "sqlite" {
+		return "", false
+	}
+	return rest, true
+}
+
+// CheckStore parses a store address as OpenStore does before it connects (for
+// PostgreSQL, pgx's parsing: its options, and the TLS files they name, which it reads),
+// without connecting or writing. `airlock proxy --check` runs it.
+func CheckStore(dsn string) error {
+	kind, _, err := parseStoreDSN(dsn)
+	if err != nil || kind != "postgres" {
+		return err
+	}
+	if _, err := pgx.ParseConfig(dsn); err != nil {
+		// pgx errors quote the connection string: only a file's error is passed on.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("%s: %w; want the files its options name readable", redactDSN(dsn), pe)
+		}
+		return fmt.Errorf("%s is not a valid PostgreSQL address; want a URL such as postgres://HOST:5432/airlock with valid options", redactDSN(dsn))
+	}
+	return nil
+}
+
 func parseStoreDSN(dsn string) (kind, rest string, err error) {
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
@@ -101,6 +133,11 @@ func parseStoreDSN(dsn string) (kind, rest string, err error) {
 		}
 		return "sqlite", p, nil
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		// A malformed URL is a config problem, not a failure at start. (url errors quote
+		// the address, password and all: not passed on.)
+		if _, err := url.Parse(dsn); err != nil {
+			return "", "", fmt.Errorf("%s is not a valid PostgreSQL address; want a URL such as postgres://HOST:5432/airlock", redactDSN(dsn))
+		}
 		return "postgres", dsn, nil
 	}
 	return "", "", fmt.Errorf(`want "sqlite:PATH" or "postgres://…", got %q`, redactDSN(dsn))

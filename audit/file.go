@@ -208,3 +208,12 @@ func marshalCheckpoint(c checkpointLine) []byte {
 	b, _ := json.Marshal(c) // only strings and numbers: cannot fail
 	return append(b, '\n')
 }
+
+// CheckResume reads, and never writes, what Open reads of the log at path before it
+// appends: the last line of the log (or of its rotated siblings) where the chain goes on.
+// Its error is the one Open would return (a last line that is not an audit line, a file
+// that cannot be read). `airlock proxy --check` runs it.
+func CheckResume(path string) error {
+	_, err := resumeState(path)
+	return err
+}

@@ -103,3 +103,21 @@ func metricReader(ctx context.Context) (sdkmetric.Reader, string, error) {
 	}
 	return sdkmetric.NewPeriodicReader(exp), proto, nil
 }
+
+// CheckEnv checks the OTEL_* variables Setup reads to choose its exporters, without
+// making any: its error is the one Setup would return for them. `airlock proxy --check`
+// runs it.
+func CheckEnv() error {
+	for _, signal := range []string{"TRACES", "METRICS"} {
+		ok, err := wantOTLP(signal)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if _, err := otlpProtocol(signal); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

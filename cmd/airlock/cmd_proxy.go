@@ -38,12 +38,16 @@ approvals API and page; never expose it to sandboxes. SIGHUP reloads the policy.
   airlock proxy --config airlock.yaml --check`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.check {
+				cfg, problems, err := f.loadProblems(cmd)
+				if err != nil {
+					return err
+				}
+				return checkConfig(cmd.Context(), cfg, problems, cmd)
+			}
 			cfg, _, err := f.load(cmd)
 			if err != nil {
 				return err
-			}
-			if f.check {
-				return checkConfig(cmd.Context(), cfg, cmd)
 			}
 			return runProxy(cmd, cfg, newLogger(cfg, os.Stderr))
 		},
@@ -52,16 +56,24 @@ approvals API and page; never expose it to sandboxes. SIGHUP reloads the policy.
 	return cmd
 }
 
-// checkConfig is --check: preflight, the checks start-up runs short of writing, binding
-// and serving, with every problem reported. Its output is for a person: the policy's
-// messages below warnings are left out.
-func checkConfig(ctx context.Context, cfg *Config, cmd *cobra.Command) error {
+// checkConfig is --check: the config's own problems (found loading it) and preflight's,
+// the checks start-up runs short of binding and serving, all reported at once. Its output
+// is for a person: the policy's messages below warnings are left out.
+func checkConfig(ctx context.Context, cfg *Config, problems []error, cmd *cobra.Command) error {
 	quiet := *cfg
 	quiet.Log.Level = "warn"
 	quiet.Log.Format = "text"
 	eng, err := preflight(ctx, cfg, newLogger(&quiet, cmd.ErrOrStderr()))
-	if err != nil {
-		return cfg.src.locate(err)
+	// A key already found wrong is not reported again by preflight, which saw its zero
+	// value or default.
+	problems = append(problems, dropShadowed(problems, leaves(err))...)
+	if len(problems) > 0 {
+		return cfg.src.locate(errors.Join(problems...))
+	}
+	if w := sessionsWarning(cfg); w != nil {
+		for _, line := range errorLines(cfg.src.locate(w)) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", line)
+		}
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "config OK; policy %s revision %s\n", eng.Status().Source, eng.Revision())
 	return nil

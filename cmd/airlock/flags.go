@@ -52,6 +52,20 @@ var flagKeys = map[string]string{
 // validates the result. It reports every problem at once (configErrors): those of the file
 // (unknown keys, values of the wrong type) and those Validate and checkSecretFiles find.
 func (f *proxyFlags) load(cmd *cobra.Command) (*Config, *keyLines, error) {
+	cfg, problems, err := f.loadProblems(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(problems) > 0 {
+		return nil, nil, cfg.src.locate(errors.Join(problems...))
+	}
+	return cfg, cfg.src, nil
+}
+
+// loadProblems is load that returns the config (decoded as far as it could be, with
+// defaults) along with its problems, unlocated; err is a file that cannot be read or
+// parsed at all.
+func (f *proxyFlags) loadProblems(cmd *cobra.Command) (*Config, []error, error) {
 	cfg, kl, decoded, err := loadConfig(f.config)
 	if err != nil {
 		return nil, nil, err
@@ -89,13 +103,7 @@ func (f *proxyFlags) load(cmd *cobra.Command) (*Config, *keyLines, error) {
 	}
 	cfg.defaults()
 	validated := leaves(cfg.Validate())
-	if len(validated) == 0 {
-		validated = leaves(checkSecretFiles(cfg.secretFiles()))
-	}
-	problems := append(decoded, dropShadowed(decoded, validated)...)
-	if len(problems) > 0 {
-		return nil, nil, kl.locate(errors.Join(problems...))
-	}
+	validated = append(validated, dropShadowed(validated, leaves(checkSecretFiles(cfg.secretFiles())))...)
 	cfg.src = kl
-	return cfg, kl, nil
+	return cfg, append(decoded, dropShadowed(decoded, validated)...), nil
 }

@@ -6,36 +6,55 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/airlock-proxy/airlock/audit"
-	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/bearer"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/telemetry"
 )
 
-// preflight runs every check start-up makes beyond Validate that writes nothing: the
-// policy loads and compiles, the CA (when it exists) loads, and every file the config
-// names can be read and holds what it should (tokens of the right length, keys,
-// certificates). `airlock proxy --check` is preflight; build runs it first and uses its
-// policy engine, so that a config --check passes does not fail to start for a reason
-// --check could have seen. What is left to start-up is what needs writing, binding or a
-// network peer (the audit log, the approval store, Vault, the listeners). Every problem
-// is reported (errors.Join), each naming its key.
+// preflight runs every check start-up makes short of binding, serving and reaching a
+// network peer, and writes nothing: the policy loads and compiles; the CA (when it exists)
+// loads, and $AIRLOCK_HOME, the audit log, the decision log and the approval store can be
+// created or opened for writing where start-up would (checkPaths, without creating them);
+// every file the config names can be read and holds what it should (tokens of the right
+// length, keys, certificates); the parent proxy and the OTEL_* exporter choices from the
+// environment parse.
+// `airlock proxy --check` is preflight; build runs it first and uses its policy engine, so
+// that a config --check passes does not fail to start for a reason --check could have
+// seen. What is left to start-up is what needs a network peer (Vault, PostgreSQL) or a
+// port. Every problem is reported (errors.Join), each naming its key.
 func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (*rego.Engine, error) {
 	var errs []error
 	eng, err := rego.New(ctx, policyOptions(cfg, log))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("policy: %w", err))
 	}
-	dir := filepath.Join(cfg.Home, "ca")
-	if _, err := os.Stat(filepath.Join(dir, "ca.pem")); err == nil {
-		if _, err := ca.Load(dir); err != nil {
-			errs = append(errs, fmt.Errorf("home: CA in %s: %w", dir, err))
-		}
+	errs = append(errs, checkPaths(cfg)...)
+	errs = append(errs, checkKeyFiles(cfg)...)
+	errs = append(errs, checkSecretsReadable(cfg)...)
+	// The parent proxy (its address from the config or the environment); the credential
+	// that authenticates to it is checked with the credentials.
+	pc := *cfg
+	pc.UpstreamProxyAuth.Credential = ""
+	if _, err := parentProxy(&pc, nil); err != nil {
+		errs = append(errs, err)
 	}
+	if err := telemetry.CheckEnv(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(dedupe(errs)...); err != nil {
+		return nil, err
+	}
+	return eng, nil
+}
+
+// checkKeyFiles loads what start-up loads from files: the audit signing key, the approvers'
+// and issuers' tokens, the credentials' HMAC keys and the CA certificates.
+func checkKeyFiles(cfg *Config) []error {
+	var errs []error
 	if cfg.AuditLog != "-" && cfg.Audit.SigningKeyFile != "" {
 		if _, err := audit.LoadSigningKey(cfg.Audit.SigningKeyFile); err != nil {
 			errs = append(errs, fmt.Errorf("audit.signing_key_file: %w", err))
@@ -59,13 +78,34 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (*rego.Engine
 			errs = append(errs, fmt.Errorf("upstream_ca: %w; want a PEM file of CA certificates", err))
 		}
 	}
+	if cfg.Vault.CACert != "" && usesVault(cfg) {
+		if _, err := proxy.LoadCAFile(cfg.Vault.CACert); err != nil {
+			errs = append(errs, fmt.Errorf("vault.ca_cert: %w; want a PEM file of CA certificates", err))
+		}
+	}
 	if cfg.PolicyConfig.BundlePublicKey != "" {
 		if _, err := os.ReadFile(cfg.PolicyConfig.BundlePublicKey); err != nil {
 			errs = append(errs, fmt.Errorf("policy_options.bundle_public_key: %w; want a readable PEM file", err))
 		}
 	}
-	// Secret files the proxy reads later (Vault's, the approval service's, credentials'):
-	// readable. The sandbox backends' issuer tokens are the client's, not the proxy's.
+	return errs
+}
+
+// usesVault: start-up connects to Vault only when a credential comes from it.
+func usesVault(cfg *Config) bool {
+	for _, c := range cfg.Credentials {
+		if c.Vault != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// checkSecretsReadable: the secret files the proxy reads later (Vault's, the approval
+// service's, credentials') can be read. The sandbox backends' issuer tokens are the
+// client's, not the proxy's.
+func checkSecretsReadable(cfg *Config) []error {
+	var errs []error
 	for _, f := range cfg.secretFiles() {
 		if strings.HasPrefix(f.key, "sandbox.") {
 			continue
@@ -77,10 +117,7 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (*rego.Engine
 		}
 		fh.Close()
 	}
-	if err := errors.Join(dedupe(errs)...); err != nil {
-		return nil, err
-	}
-	return eng, nil
+	return errs
 }
 
 // dedupe drops repeated problems (a token file that cannot be read is found twice: as an

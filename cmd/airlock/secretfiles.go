@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -56,6 +57,7 @@ func (c *Config) secretFiles() []secretFile {
 // files there (hiddenPaths), but not other links to them, and other users and processes
 // see them too. A file that does not exist is left to the code that reads it.
 func checkSecretFiles(files []secretFile) error {
+	var errs []error
 	euid := uint32(os.Geteuid())
 	for _, f := range files {
 		fi, err := os.Stat(f.path)
@@ -68,11 +70,11 @@ func checkSecretFiles(files []secretFile) error {
 		}
 		mode := fi.Mode().Perm()
 		if mode&0o004 != 0 || st.Uid == euid && mode&0o077 != 0 {
-			return fmt.Errorf("%s: %s may be read by group or others (mode %04o): a secret file must be readable by its owner alone (chmod 600 %s; an orchestrator's secret volume with mode 0400 or 0440)",
-				f.key, f.path, mode, f.path)
+			errs = append(errs, fmt.Errorf("%s: %s may be read by group or others (mode %04o): a secret file must be readable by its owner alone (chmod 600 %s; an orchestrator's secret volume with mode 0400 or 0440)",
+				f.key, f.path, mode, f.path))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // hiddenPaths are the host paths a sandbox must not read: the config file, every secret

@@ -97,6 +97,12 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 			s.close(context.Background())
 		}
 	}()
+	// First, before anything is written: a config that preflight (airlock proxy --check)
+	// refuses is refused here with the same words.
+	s.engine, err = preflight(ctx, cfg, log)
+	if err != nil {
+		return nil, cfg.src.locate(err)
+	}
 	s.telemetry, err = telemetry.Setup(ctx, telemetry.Options{ServiceName: "airlock", Version: version, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
@@ -106,60 +112,17 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	if err != nil {
 		return nil, err
 	}
-	s.engine, err = preflight(ctx, cfg, log)
+	auditor, err := s.openAudit(log)
 	if err != nil {
-		return nil, cfg.src.locate(err)
+		return nil, err
 	}
-	var auditor proxy.Auditor
-	if cfg.AuditLog != "-" {
-		if err := os.MkdirAll(filepath.Dir(cfg.AuditLog), 0o700); err != nil {
-			return nil, fmt.Errorf("audit_log: %w", err)
-		}
-		s.audit, err = audit.Open(cfg.auditOptions(log))
-		if err != nil {
-			return nil, fmt.Errorf("audit_log: %w", err)
-		}
-		s.closers = append(s.closers, func(context.Context) error { return s.audit.Close() })
-		limit := audit.NewRefusalLimit(s.audit, audit.RefusalLimitOptions{Burst: cfg.Audit.RefusalBurst,
-			Interval: cfg.Audit.RefusalInterval, Summary: cfg.Audit.RefusalSummary})
-		s.closers = append(s.closers, func(context.Context) error { return limit.Close() }) // before the sink
-		auditor = limit
-	}
-	var creds proxy.CredentialSource
-	if len(cfg.Credentials) > 0 {
-		s.broker, err = secrets.New(ctx, secrets.Options{
-			Vault: cfg.Vault, Credentials: cfg.Credentials, Logger: log,
-			OnFetch: func(name string, cached bool, err error) {
-				result := "miss"
-				switch {
-				case err != nil:
-					result = "error"
-				case cached:
-					result = "hit"
-				}
-				s.telemetry.Metrics().VaultFetch(context.Background(), name, result)
-			},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("credentials: %w", err)
-		}
-		s.closers = append(s.closers, s.broker.Close)
-		creds = s.broker
-	}
-	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
-		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
-	}
-	// One store for approvals and the credential revocation list.
-	s.store, err = approval.OpenStore(ctx, cfg.Approvals.Store)
+	creds, err := s.openCredentials(ctx, log)
 	if err != nil {
-		return nil, fmt.Errorf("approvals.store: %w", err)
+		return nil, err
 	}
-	s.closers = append(s.closers, func(context.Context) error { return s.store.Close() })
-	s.approvals, err = approval.New(ctx, approval.Options{Config: cfg.Approvals, Store: s.store, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("approvals: %w", err)
+	if err := s.openApprovals(ctx, log); err != nil {
+		return nil, err
 	}
-	s.closers = append(s.closers, func(context.Context) error { return s.approvals.Close() })
 	tokens, err := tokenOptions(cfg.Proxy, s.store)
 	if err != nil {
 		return nil, err
@@ -167,23 +130,23 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	if s.issuers, err = loadIssuers(cfg.Proxy.Issuers); err != nil {
 		return nil, err
 	}
-	var allow []netip.Prefix
-	for _, c := range cfg.AllowPrivate {
-		p, _ := parsePrefix(c)
-		allow = append(allow, p)
-	}
-	var decider proxy.Decider = s.engine
-	if cfg.Audit.DecisionLog != "" {
-		dl, err := audit.OpenDecisionLog(cfg.Audit.DecisionLog, map[string]string{"app": "airlock", "version": version})
-		if err != nil {
-			return nil, fmt.Errorf("audit.decision_log: %w", err)
-		}
-		s.closers = append(s.closers, func(context.Context) error { return dl.Close() })
-		decider = &decisionLogger{Decider: s.engine, log: dl, rev: s.engine.Revision, errs: log}
+	decider, err := s.decider(log)
+	if err != nil {
+		return nil, err
 	}
 	fan.metrics = s.telemetry.Metrics()
+	fan.sink = auditor
 	s.fan = fan
 	s.execs = session.NewCredentials()
+	if err := s.newProxy(decider, creds, tokens, log); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newProxy makes the proxy of the parts built.
+func (s *stack) newProxy(decider proxy.Decider, creds proxy.CredentialSource, tokens proxy.TokenOptions, log *slog.Logger) error {
+	cfg := s.cfg
 	opts := proxy.Options{
 		Decider:        decider,
 		BodyAware:      s.engine,
@@ -191,44 +154,138 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 		Credentials:    creds,
 		Approver:       s.approvals,
 		Execs:          s.execs,
-		AllowPrivate:   allow,
+		AllowPrivate:   allowPrivate(cfg),
 		RequireAuth:    cfg.RequireAuth,
 		Tokens:         tokens,
 		ReportOnly:     cfg.ReportOnly,
 		PolicyRevision: s.engine.Revision,
 		Telemetry:      &proxy.OTel{T: s.telemetry, TrustClientTraceparent: cfg.Telemetry.TrustClientTraceparent},
 		Logger:         log,
-		Limits: proxy.Limits{
-			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxBodyBytes: int64(cfg.Approvals.MaxBody),
-			ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
-			UpstreamHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
-			MaxInFlightPerSandbox: cfg.Limits.MaxInFlightPerSandbox, MaxConnsPerListener: cfg.Limits.MaxConnsPerListener,
-			MaxRedactionsPerCredential: cfg.Limits.MaxRedactionsPerCredential,
-			MaxPolicyBodyBytes:         cfg.Limits.MaxPolicyBodyBytes,
-			MaxHeldPerSandbox:          cfg.Approvals.MaxPendingPerSandbox,
-			MaxHeldBytesPerSandbox:     int64(cfg.Approvals.MaxHeldBytesPerSandbox),
-			MaxHeldBytes:               int64(cfg.Approvals.MaxHeldBytes),
-		},
+		Limits:         proxyLimits(cfg),
+		Auditor:        s.fan,
 	}
-	if cfg.Limits.MaxBodyBytes > 0 {
-		opts.Limits.MaxBodyBytes = cfg.Limits.MaxBodyBytes
-	}
-	fan.sink = auditor
-	opts.Auditor = fan
+	var err error
 	if opts.Parent, err = parentProxy(cfg, creds); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.UpstreamCA != "" {
 		opts.UpstreamCAs, err = proxy.LoadCAFile(cfg.UpstreamCA)
 		if err != nil {
-			return nil, fmt.Errorf("upstream_ca: %w", err)
+			return fmt.Errorf("upstream_ca: %w", err)
 		}
 	}
 	s.proxy, err = proxy.New(opts)
-	if err != nil {
-		return nil, err
+	return err
+}
+
+// openAudit opens the audit log behind its refusal limit (nil: audit_log is "-").
+func (s *stack) openAudit(log *slog.Logger) (proxy.Auditor, error) {
+	cfg := s.cfg
+	if cfg.AuditLog == "-" {
+		return nil, nil
 	}
-	return s, nil
+	if err := os.MkdirAll(filepath.Dir(cfg.AuditLog), 0o700); err != nil {
+		return nil, fmt.Errorf("audit_log: %w", err)
+	}
+	var err error
+	s.audit, err = audit.Open(cfg.auditOptions(log))
+	if err != nil {
+		return nil, fmt.Errorf("audit_log: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return s.audit.Close() })
+	limit := audit.NewRefusalLimit(s.audit, audit.RefusalLimitOptions{Burst: cfg.Audit.RefusalBurst,
+		Interval: cfg.Audit.RefusalInterval, Summary: cfg.Audit.RefusalSummary})
+	s.closers = append(s.closers, func(context.Context) error { return limit.Close() }) // before the sink
+	return limit, nil
+}
+
+// openCredentials starts the secrets broker (nil: no credentials are configured).
+func (s *stack) openCredentials(ctx context.Context, log *slog.Logger) (proxy.CredentialSource, error) {
+	if len(s.cfg.Credentials) == 0 {
+		return nil, nil
+	}
+	var err error
+	s.broker, err = secrets.New(ctx, secrets.Options{
+		Vault: s.cfg.Vault, Credentials: s.cfg.Credentials, Logger: log,
+		OnFetch: func(name string, cached bool, err error) {
+			result := "miss"
+			switch {
+			case err != nil:
+				result = "error"
+			case cached:
+				result = "hit"
+			}
+			s.telemetry.Metrics().VaultFetch(context.Background(), name, result)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	s.closers = append(s.closers, s.broker.Close)
+	return s.broker, nil
+}
+
+// openApprovals opens the one store for approvals and the credential revocation list,
+// and the approval service on it.
+func (s *stack) openApprovals(ctx context.Context, log *slog.Logger) error {
+	cfg := s.cfg
+	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
+		return fmt.Errorf("home %s: %w", cfg.Home, err)
+	}
+	var err error
+	s.store, err = approval.OpenStore(ctx, cfg.Approvals.Store)
+	if err != nil {
+		return fmt.Errorf("approvals.store: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return s.store.Close() })
+	s.approvals, err = approval.New(ctx, approval.Options{Config: cfg.Approvals, Store: s.store, Logger: log})
+	if err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return s.approvals.Close() })
+	return nil
+}
+
+// decider is the policy engine, writing to the decision log when there is one.
+func (s *stack) decider(log *slog.Logger) (proxy.Decider, error) {
+	if s.cfg.Audit.DecisionLog == "" {
+		return s.engine, nil
+	}
+	dl, err := audit.OpenDecisionLog(s.cfg.Audit.DecisionLog, map[string]string{"app": "airlock", "version": version})
+	if err != nil {
+		return nil, fmt.Errorf("audit.decision_log: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return dl.Close() })
+	return &decisionLogger{Decider: s.engine, log: dl, rev: s.engine.Revision, errs: log}, nil
+}
+
+// allowPrivate are the prefixes of allow_private (validated).
+func allowPrivate(cfg *Config) []netip.Prefix {
+	var allow []netip.Prefix
+	for _, c := range cfg.AllowPrivate {
+		p, _ := parsePrefix(c)
+		allow = append(allow, p)
+	}
+	return allow
+}
+
+// proxyLimits are the proxy's bounds from limits and approvals.
+func proxyLimits(cfg *Config) proxy.Limits {
+	l := proxy.Limits{
+		MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxBodyBytes: int64(cfg.Approvals.MaxBody),
+		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
+		UpstreamHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
+		MaxInFlightPerSandbox: cfg.Limits.MaxInFlightPerSandbox, MaxConnsPerListener: cfg.Limits.MaxConnsPerListener,
+		MaxRedactionsPerCredential: cfg.Limits.MaxRedactionsPerCredential,
+		MaxPolicyBodyBytes:         cfg.Limits.MaxPolicyBodyBytes,
+		MaxHeldPerSandbox:          cfg.Approvals.MaxPendingPerSandbox,
+		MaxHeldBytesPerSandbox:     int64(cfg.Approvals.MaxHeldBytesPerSandbox),
+		MaxHeldBytes:               int64(cfg.Approvals.MaxHeldBytes),
+	}
+	if cfg.Limits.MaxBodyBytes > 0 {
+		l.MaxBodyBytes = cfg.Limits.MaxBodyBytes
+	}
+	return l
 }
 
 // tokenOptions reads proxy.token_key_file: signed credentials shared by replicas, revoked
