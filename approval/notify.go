@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // maxBackoff caps the delay between notification attempts.
@@ -219,9 +221,9 @@ func (s *Service) askService(ctx context.Context, rec Record) error {
 	}
 	var state State
 	switch a.Decision {
-	case "approve", "approved":
+	case string(event.DecisionApprove), string(StateApproved):
 		state = StateApproved
-	case "deny", "denied":
+	case string(event.DecisionDeny), string(StateDenied):
 		state = StateDenied
 	case "":
 		return nil

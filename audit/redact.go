@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // Redacted is the value written in place of anything that may carry a secret.
@@ -145,7 +147,7 @@ func bound(s string, n int) string {
 // header, no body and no user info, so none of them can reach the audit log. The caller adds
 // sandbox, decision and the rest.
 func NewRequestEvent(r *http.Request) Event {
-	ev := Event{Time: time.Now().UTC(), Kind: "request", Method: r.Method}
+	ev := Event{Time: time.Now().UTC(), Kind: event.KindRequest, Method: r.Method}
 	u := r.URL
 	if u == nil {
 		u = &url.URL{}
@@ -167,7 +169,7 @@ func NewRequestEvent(r *http.Request) Event {
 		}
 	}
 	if r.Method == http.MethodConnect {
-		ev.Kind = "connect"
+		ev.Kind = event.KindConnect
 		if ev.Port == 0 {
 			ev.Port = 443
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
@@ -58,13 +59,13 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	id, err := p.identify(r)
 	if err != nil {
 		st := p.begin(r.Context(), r, identity.Identity{ID: "unknown"}, "identity")
-		f := refusal{status: http.StatusProxyAuthRequired, decision: "deny", rule: "identity",
+		f := refusal{status: http.StatusProxyAuthRequired, decision: event.DecisionDeny, rule: "identity",
 			reason: "this listener needs a valid proxy credential (Proxy-Authorization) issued by airlock; a missing, unknown, expired or revoked one is refused",
 			class:  "identity"}
 		if errors.Is(err, errCredentialUnchecked) {
 			// The error may describe the store; it is logged, never sent to the sandbox.
 			p.log.Error("proxy credential refused: revocation list unavailable", "err", err)
-			f = refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "identity",
+			f = refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: "identity",
 				reason: "airlock could not check the proxy credential against its revocation list (approval store unavailable); retry later",
 				class:  "identity_unavailable"}
 		}
@@ -80,7 +81,7 @@ func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity
 	st.ctx, st.end = p.opts.Telemetry.RequestStarted(ctx, r)
 	st.ev = audit.Event{
 		RequestID: audit.NewID(),
-		Kind:      "request",
+		Kind:      event.KindRequest,
 		SandboxID: id.ID,
 		ExecID:    id.Exec,
 		Labels:    id.Labels,
@@ -88,7 +89,7 @@ func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity
 		Phase:     phase,
 	}
 	if r.Method == http.MethodConnect {
-		st.ev.Kind = "connect"
+		st.ev.Kind = event.KindConnect
 	}
 	if p.opts.PolicyRevision != nil {
 		st.ev.PolicyRev = p.opts.PolicyRevision()
@@ -157,7 +158,7 @@ func strictness(d rego.Decision) int {
 
 // policyUnavailable is the answer when the policy could not decide: fail closed.
 func policyUnavailable(err error) refusal {
-	return refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "policy.error",
+	return refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: "policy.error",
 		reason: "the policy could not be evaluated, so the request is refused; retry later or tell the operator", class: "policy"}
 }
 
@@ -166,7 +167,7 @@ func denied(d rego.Decision) refusal {
 	if reason == "" {
 		reason = "the policy denies this request"
 	}
-	return refusal{status: http.StatusForbidden, decision: "deny", rule: d.Rule, reason: reason, class: "policy"}
+	return refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: d.Rule, reason: reason, class: "policy"}
 }
 
 func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
@@ -180,7 +181,7 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 	}
 	h, port, err := splitHostPort(host, 443)
 	if err != nil {
-		return reject(refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol",
+		return reject(refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol",
 			reason: "CONNECT target is not a valid host:port: " + err.Error(), class: "bad_request"})
 	}
 	st.ev.Host, st.ev.Port = h, port
@@ -198,10 +199,10 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		if !p.opts.ReportOnly {
 			return reject(denied(dec))
 		}
-		st.ev.Decision = "would_deny"
+		st.ev.Decision = event.DecisionWouldDeny
 		p.log.Warn("report-only: letting a denied CONNECT through", "sandbox", id.ID, "host", h, "port", port, "rule", dec.Rule)
 	} else {
-		st.ev.Decision = string(dec.Action)
+		st.ev.Decision = event.Decision(dec.Action)
 	}
 	target := joinHostPort(h, port)
 	if !(dec.Tunnel && !dec.Denies()) {
@@ -211,7 +212,7 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 	}
 	if dec.Tunnel && !dec.Denies() {
 		// dialTunnel writes the decision record before dialling, the completion at the end.
-		st.ev.Decision = "tunnel"
+		st.ev.Decision = event.DecisionTunnel
 		ctx.Req = r.WithContext(context.WithValue(r.Context(), tunnelStateKey{}, st))
 		return &goproxy.ConnectAction{Action: goproxy.ConnectAccept}, target
 	}
@@ -241,12 +242,12 @@ func (p *Proxy) mitmTLS(host string) func(string, *goproxy.ProxyCtx) (*tls.Confi
 }
 
 func tooMany() refusal {
-	return refusal{status: http.StatusTooManyRequests, decision: "deny", rule: "limits.inflight",
+	return refusal{status: http.StatusTooManyRequests, decision: event.DecisionDeny, rule: "limits.inflight",
 		reason: "too many concurrent requests from this sandbox; wait for some to finish", class: "limit"}
 }
 
 func auditUnavailable() refusal {
-	return refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "audit.unavailable",
+	return refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: "audit.unavailable",
 		reason: "the audit log cannot be written, so nothing is let through; tell the operator", class: "audit"}
 }
 
@@ -266,7 +267,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	if inTunnel && headerBytes(r) > p.opts.Limits.MaxHeaderBytes {
 		// Requests inside a tunnel are read by goproxy, not by http.Server: its header limit
 		// does not apply there, so it is enforced here.
-		return refuse(refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: "deny", rule: "limits.header",
+		return refuse(refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: event.DecisionDeny, rule: "limits.header",
 			reason: "the request headers exceed the proxy's limit of " + strconv.Itoa(p.opts.Limits.MaxHeaderBytes) + " bytes", class: "limit"})
 	}
 	t, f := p.resolveTarget(r, tun)
@@ -311,14 +312,14 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		p.log.Error("policy evaluation failed", "phase", "request", "sandbox", id.ID, "host", t.host, "err", err)
 		return refuse(policyUnavailable(err))
 	}
-	st.ev.Rule, st.ev.Reason, st.ev.Decision = dec.Rule, dec.Reason, string(dec.Action)
+	st.ev.Rule, st.ev.Reason, st.ev.Decision = dec.Rule, dec.Reason, event.Decision(dec.Action)
 	var creds []string
 	switch {
 	case dec.Denies():
 		if !p.opts.ReportOnly {
 			return refuse(denied(dec))
 		}
-		st.ev.Decision = "would_deny"
+		st.ev.Decision = event.DecisionWouldDeny
 		p.log.Warn("report-only: letting a denied request through", "sandbox", id.ID, "method", r.Method, "host", t.host, "path", t.path, "rule", dec.Rule)
 	case dec.NeedsApproval():
 		var conn net.Conn
@@ -348,7 +349,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 // the target and the Host header is replaced (RFC 9112 §3.2.2).
 func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
 	bad := func(reason string) (target, *refusal) {
-		return target{}, &refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol", reason: reason, class: "bad_request"}
+		return target{}, &refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol", reason: reason, class: "bad_request"}
 	}
 	if r.URL == nil {
 		return bad("request has no URL")
@@ -374,7 +375,7 @@ func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
 			return bad("Host header is not a valid host: " + err.Error())
 		}
 		if h != tun.host || port != tun.port && hasExplicitPort(hostHeader) {
-			return target{scheme: t.scheme, host: h, port: port}, &refusal{status: http.StatusMisdirectedRequest, decision: "deny", rule: "protocol.host_mismatch",
+			return target{scheme: t.scheme, host: h, port: port}, &refusal{status: http.StatusMisdirectedRequest, decision: event.DecisionDeny, rule: "protocol.host_mismatch",
 				reason: "the Host header (" + h + ") does not name the CONNECT target (" + tun.host + "); send requests for another host through their own CONNECT", class: "bad_request"}
 		}
 		t.host, t.port = tun.host, tun.port
@@ -387,7 +388,7 @@ func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
 	}
 	rt, err := parseTarget(r)
 	if err != nil {
-		return target{scheme: t.scheme, host: t.host, port: t.port}, &refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol", reason: err.Error(), class: "bad_request"}
+		return target{scheme: t.scheme, host: t.host, port: t.port}, &refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol", reason: err.Error(), class: "bad_request"}
 	}
 	t.path, t.query = rt.path, rt.query
 	// What is dialled and sent is exactly what the policy sees.
@@ -423,7 +424,7 @@ func hasExplicitPort(hostport string) bool {
 
 func (p *Proxy) finishRefusal(ctx context.Context, st *reqState, f refusal) {
 	st.ev.Status = f.status
-	if st.ev.Decision == "" || f.decision != "deny" || st.ev.Decision == "allow" || st.ev.Decision == "approve" {
+	if st.ev.Decision == "" || f.decision != event.DecisionDeny || st.ev.Decision == event.DecisionAllow || st.ev.Decision == event.DecisionApprove {
 		st.ev.Decision = f.decision
 	}
 	if f.rule != "" {

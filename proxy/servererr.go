@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/identity"
 )
 
@@ -70,8 +71,8 @@ func (p *Proxy) recordServerRefusal(li *listenerInfo, status int, timedOut bool)
 		id = *li.bound
 	}
 	ev := audit.Event{
-		Time: time.Now().UTC(), Kind: "request", SandboxID: id.ID, Labels: id.Labels, Phase: "request",
-		Decision: "error", Rule: "protocol", Status: status, ErrorClass: "bad_request",
+		Time: time.Now().UTC(), Kind: event.KindRequest, SandboxID: id.ID, Labels: id.Labels, Phase: "request",
+		Decision: event.DecisionError, Rule: "protocol", Status: status, ErrorClass: "bad_request",
 	}
 	switch {
 	case status == http.StatusRequestHeaderFieldsTooLarge:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/secrets"
 )
 
@@ -140,7 +141,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 			return fail(*f)
 		}
 		if p.opts.Credentials == nil {
-			return fail(refusal{status: http.StatusServiceUnavailable, decision: "error", rule: st.ev.Rule,
+			return fail(refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: st.ev.Rule,
 				reason: "the policy names credentials " + strings.Join(st.creds, ", ") + " but no credential source is configured", class: "credential"})
 		}
 		cctx, done := p.opts.Telemetry.Step(st.ctx, "credentials", "", nil)
@@ -154,7 +155,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 				status = hs.HTTPStatus()
 			}
 			p.log.Error("credential attach failed", "sandbox", st.id.ID, "credentials", st.creds, "err", err)
-			return fail(refusal{status: status, decision: "error", rule: st.ev.Rule, reason: err.Error(), class: "credential"})
+			return fail(refusal{status: status, decision: event.DecisionError, rule: st.ev.Rule, reason: err.Error(), class: "credential"})
 		}
 		done("")
 		st.scrub = scrub
@@ -209,17 +210,17 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 func upstreamError(err error) refusal {
 	var de *DialDeniedError
 	if errors.As(err, &de) {
-		return refusal{status: http.StatusForbidden, decision: "deny", rule: "dial_guard",
+		return refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: "dial_guard",
 			reason: de.Error() + "; airlock never dials such addresses (an operator can allow a range with --allow-private)", class: "dial_guard"}
 	}
 	var re *ResolveError
 	if errors.As(err, &re) {
-		return refusal{status: http.StatusBadGateway, decision: "error", rule: "upstream",
+		return refusal{status: http.StatusBadGateway, decision: event.DecisionError, rule: "upstream",
 			reason: "could not resolve " + re.Host, class: "dns"}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
-		return refusal{status: http.StatusGatewayTimeout, decision: "error", rule: "upstream",
+		return refusal{status: http.StatusGatewayTimeout, decision: event.DecisionError, rule: "upstream",
 			reason: "the upstream did not answer in time", class: "upstream_timeout"}
 	}
 	msg := err.Error()
@@ -227,7 +228,7 @@ func upstreamError(err error) refusal {
 	if errors.As(err, &ue) {
 		msg = ue.Err.Error()
 	}
-	return refusal{status: http.StatusBadGateway, decision: "error", rule: "upstream",
+	return refusal{status: http.StatusBadGateway, decision: event.DecisionError, rule: "upstream",
 		reason: "the upstream could not be reached: " + msg, class: "upstream"}
 }
 
