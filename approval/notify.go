@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/internal/event"
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // maxBackoff caps the delay between notification attempts.
@@ -306,7 +307,7 @@ func (s *Service) postOnce(ctx context.Context, url string, body []byte, token s
 // redactURLForLog keeps scheme, host and path of a webhook address (Slack-style webhook
 // URLs carry their secret in the path, so only the host is kept).
 func redactURLForLog(raw string) string {
-	r := RedactURL(raw)
+	r := redact.URL(raw)
 	if i := strings.Index(r, "://"); i >= 0 {
 		if j := strings.IndexByte(r[i+3:], '/'); j >= 0 {
 			return r[:i+3+j] + "/…"

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/internal/redact"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
 )
@@ -273,7 +274,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	t, f := p.resolveTarget(r, tun)
 	st.ev.Scheme, st.ev.Host, st.ev.Port, st.ev.Path = t.scheme, t.host, t.port, t.path
 	if r.URL != nil && r.URL.RawQuery != "" {
-		st.ev.Query = redactQuery(r.URL.RawQuery)
+		st.ev.Query = redact.Query(r.URL.RawQuery)
 	}
 	if f != nil {
 		return refuse(*f)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/airlock-proxy/airlock/internal/event"
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // refusal is every answer the proxy gives instead of the upstream's, mapped to a status in
@@ -141,18 +142,7 @@ func redactedURL(r *http.Request) string {
 	u := *r.URL
 	u.User = nil
 	if u.RawQuery != "" {
-		u.RawQuery = redactQuery(u.RawQuery)
+		u.RawQuery = redact.Query(u.RawQuery)
 	}
 	return u.String()
-}
-
-// redactQuery keeps query keys and replaces every value.
-func redactQuery(raw string) string {
-	parts := strings.Split(raw, "&")
-	for i, kv := range parts {
-		if k, _, ok := strings.Cut(kv, "="); ok {
-			parts[i] = k + "=[redacted]"
-		}
-	}
-	return strings.Join(parts, "&")
 }
