@@ -185,7 +185,3 @@ func (h *tokenAPI) fail(w http.ResponseWriter, r *http.Request, verb, id string,
 	}
 	jsonapi.Error(w, status, err.Error())
 }
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	jsonapi.Error(w, status, msg)
-}

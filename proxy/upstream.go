@@ -25,12 +25,10 @@ func newTransport(g *Guard, opts Options) (*http.Transport, error) {
 	if err != nil || roots == nil {
 		roots = x509.NewCertPool()
 	}
-	if opts.UpstreamCAs != nil {
-		// x509.CertPool cannot be merged; the caller's pool is used as extra roots through
-		// VerifyConnection below.
-	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}
 	if extra := opts.UpstreamCAs; extra != nil {
+		// x509.CertPool cannot be merged: the caller's pool is extra roots, through
+		// VerifyConnection.
 		cfg.InsecureSkipVerify = true // verification is done by VerifyConnection, against both pools
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 			return verifyWithPools(cs, roots, extra)
