@@ -7,17 +7,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/elazarl/goproxy"
 
 	"github.com/airlock-proxy/airlock/approval"
-	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/internal/redact"
 	"github.com/airlock-proxy/airlock/rego"
-	"github.com/airlock-proxy/airlock/secrets"
 )
 
 // tunnel is what a CONNECT established; goproxy hands it to every request read inside it.
@@ -27,30 +24,6 @@ type tunnel struct {
 	host string // normalised CONNECT host: what is dialled
 	port int
 	rule string
-}
-
-// reqState is the per-request state: one per CONNECT and one per request.
-type reqState struct {
-	ctx   context.Context // carries the request's span
-	start time.Time
-	id    identity.Identity
-	ev    audit.Event
-	end   func(*audit.Event)
-	creds []string
-	done  bool
-	// approved is the binding of a held request that was approved (nil otherwise).
-	approved *approvedRequest
-	// reflects: the destination may echo the credentials (unless the rule said
-	// "reflects": false); upgrade: the rule allows an Upgrade with credentials.
-	reflects, upgrade bool
-	// recorded: the decision record is written (recordDecision); nothing is forwarded before.
-	recorded bool
-	// scrub is the response's scrubber once credentials are attached; finish counts its
-	// redactions.
-	scrub secrets.Scrubber
-	// calls are the calls a body-aware request's body holds, with their decisions: shown to
-	// approvers.
-	calls []approval.Call
 }
 
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -70,32 +43,11 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				reason: "airlock could not check the proxy credential against its revocation list (approval store unavailable); retry later",
 				class:  "identity_unavailable"}
 		}
-		p.finishRefusal(r.Context(), st, f)
+		st.refuse(r.Context(), f)
 		p.writeRefusal(w, r, f)
 		return
 	}
 	p.gp.ServeHTTP(w, r.WithContext(withIdentity(r.Context(), id)))
-}
-
-func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity, phase string) *reqState {
-	st := &reqState{start: time.Now(), id: id}
-	st.ctx, st.end = p.opts.Telemetry.RequestStarted(ctx, r)
-	st.ev = audit.Event{
-		RequestID: audit.NewID(),
-		Kind:      event.KindRequest,
-		SandboxID: id.ID,
-		ExecID:    id.Exec,
-		Labels:    id.Labels,
-		Method:    r.Method,
-		Phase:     phase,
-	}
-	if r.Method == http.MethodConnect {
-		st.ev.Kind = event.KindConnect
-	}
-	if p.opts.PolicyRevision != nil {
-		st.ev.PolicyRev = p.opts.PolicyRevision()
-	}
-	return st
 }
 
 func (p *Proxy) decide(st *reqState, in *rego.Input) (rego.Decision, error) {
@@ -176,7 +128,7 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 	id, _ := identityFrom(r.Context())
 	st := p.begin(r.Context(), r, id, string(rego.PhaseConnect))
 	reject := func(f refusal) (*goproxy.ConnectAction, string) {
-		p.finishRefusal(r.Context(), st, f)
+		st.refuse(r.Context(), f)
 		ctx.Resp = f.response(r)
 		return goproxy.RejectConnect, host
 	}
@@ -186,10 +138,10 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 			reason: "CONNECT target is not a valid host:port: " + err.Error(), class: "bad_request"})
 	}
 	st.ev.Host, st.ev.Port = h, port
-	if !p.flight.acquire(id.ID, p.opts.Limits.MaxInFlightPerSandbox) {
+	if !st.acquire() {
 		return reject(tooMany())
 	}
-	defer p.flight.release(id.ID)
+	defer st.release() // a tunnel holds no slot once it is decided
 	dec, err := p.decide(st, connectInput(id, h, port))
 	if err != nil {
 		p.log.Error("policy evaluation failed", "phase", "connect", "sandbox", id.ID, "host", h, "err", err)
@@ -218,7 +170,7 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		return &goproxy.ConnectAction{Action: goproxy.ConnectAccept}, target
 	}
 	// Intercepted: the CONNECT's one record is written before the tunnel is accepted.
-	if err := p.finish(r.Context(), st); err != nil {
+	if err := st.finish(r.Context()); err != nil {
 		f := auditUnavailable()
 		ctx.Resp = f.response(r)
 		return goproxy.RejectConnect, host
@@ -262,7 +214,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	}
 	st := p.begin(r.Context(), r, id, string(rego.PhaseRequest))
 	refuse := func(f refusal) (*http.Request, *http.Response) {
-		p.finishRefusal(r.Context(), st, f)
+		st.refuse(r.Context(), f)
 		return r, f.response(r)
 	}
 	if inTunnel && headerBytes(r) > p.opts.Limits.MaxHeaderBytes {
@@ -279,19 +231,12 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	if f != nil {
 		return refuse(*f)
 	}
-	if !p.flight.acquire(id.ID, p.opts.Limits.MaxInFlightPerSandbox) {
+	if !st.acquire() {
 		return refuse(tooMany())
-	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			p.flight.release(id.ID)
-		}
 	}
 	defer func() {
 		if ctx.RoundTripper == nil {
-			release()
+			st.release() // not forwarded: every way here refused it already, which released it
 		}
 	}()
 
@@ -340,7 +285,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	st.creds = creds
 	st.reflects, st.upgrade = dec.MayReflect(), dec.Upgrade
 	st.ev.Creds = creds
-	ctx.RoundTripper = &upstream{p: p, st: st, release: release}
+	ctx.RoundTripper = &upstream{p: p, st: st}
 	return r, nil
 }
 
@@ -421,37 +366,4 @@ func headerBytes(r *http.Request) int {
 func hasExplicitPort(hostport string) bool {
 	_, p, err := splitHostPortRaw(hostport)
 	return err == nil && p != ""
-}
-
-func (p *Proxy) finishRefusal(ctx context.Context, st *reqState, f refusal) {
-	st.ev.Status = f.status
-	if st.ev.Decision == "" || f.decision != event.DecisionDeny || st.ev.Decision == event.DecisionAllow || st.ev.Decision == event.DecisionApprove {
-		st.ev.Decision = f.decision
-	}
-	if f.rule != "" {
-		st.ev.Rule = f.rule
-	}
-	st.ev.Reason = f.reason
-	st.ev.ErrorClass = f.class
-	p.finish(ctx, st)
-}
-
-// finish records the request's last audit record (its completion, or its only record) and
-// ends its span. The error is the record's: it refuses an intercepted CONNECT.
-func (p *Proxy) finish(ctx context.Context, st *reqState) error {
-	if st.done {
-		return nil
-	}
-	st.done = true
-	p.countRedactions(ctx, st)
-	st.ev.Time = st.start.UTC()
-	st.ev.DurationMS = float64(time.Since(st.start).Microseconds()) / 1000
-	st.end(&st.ev)
-	if p.opts.Auditor != nil {
-		if err := p.opts.Auditor.Record(ctx, st.ev); err != nil {
-			p.log.Error("audit record failed", "err", err, "sandbox", st.ev.SandboxID)
-			return err
-		}
-	}
-	return nil
 }

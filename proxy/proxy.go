@@ -300,7 +300,7 @@ func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 		f := refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol",
 			reason: "this is an HTTP proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port", class: "bad_request"}
 		id, _ := identityFrom(r.Context())
-		p.finishRefusal(r.Context(), p.begin(r.Context(), r, id, "request"), f)
+		p.begin(r.Context(), r, id, "request").refuse(r.Context(), f)
 		p.writeRefusal(w, r, f)
 	})
 	gp.ConnectionErrHandler = p.tunnelDialError

@@ -106,7 +106,7 @@ func (p *Proxy) serveTransparent(ctx context.Context, c net.Conn, id identity.Id
 	refuse := func(f refusal, host string) {
 		req.Host, req.URL.Host = host, host
 		r := req.WithContext(withIdentity(base, id))
-		p.finishRefusal(r.Context(), p.begin(r.Context(), r, id, "connect"), f)
+		p.begin(r.Context(), r, id, "connect").refuse(r.Context(), f)
 		tc.Close()
 	}
 	if err != nil {

@@ -108,19 +108,17 @@ func removeHopHeaders(h http.Header) {
 
 // upstream sends one allowed request: credentials, dial guard, round trip, scrubbing, record.
 type upstream struct {
-	p       *Proxy
-	st      *reqState
-	release func()
+	p  *Proxy
+	st *reqState
 }
 
 func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Response, error) {
 	p, st := u.p, u.st
 	fail := func(f refusal) (*http.Response, error) {
-		u.release()
-		p.finishRefusal(req.Context(), st, f)
+		st.refuse(req.Context(), f)
 		return f.response(req), nil
 	}
-	if err := p.recordDecision(st); err != nil {
+	if err := st.recordDecision(); err != nil {
 		return fail(auditUnavailable()) // nothing is sent unless its decision is on record
 	}
 	removeHopHeaders(req.Header)
@@ -186,12 +184,10 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the upgraded connection and must stay an io.ReadWriter.
-		u.release()
-		p.finish(req.Context(), st)
+		st.finish(req.Context())
 		return resp, nil
 	}
 	resp.Body = &recordingBody{ReadCloser: resp.Body, onClose: func(n int64, cut string) {
-		u.release()
 		st.ev.BytesOut = n
 		if cut != "" {
 			// The status line went out: the stream is cut instead, which the client sees as a
@@ -199,7 +195,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 			st.ev.ErrorClass = "uninspectable"
 			st.ev.Reason = "the response was cut: the upstream sent " + cut + ", which airlock cannot check for the credentials it attached"
 		}
-		p.finish(context.Background(), st)
+		st.finish(context.Background())
 	}}
 	return resp, nil
 }
@@ -242,7 +238,7 @@ func (p *Proxy) tunnelDialError(w io.Writer, ctx *goproxy.ProxyCtx, err error) {
 		st = p.begin(ctx.Req.Context(), ctx.Req, id, "connect")
 		st.ev.Host = ctx.Req.URL.Hostname()
 	}
-	p.finishRefusal(ctx.Req.Context(), st, f)
+	st.refuse(ctx.Req.Context(), f)
 	writeRawRefusal(w, ctx.Req, f)
 }
 
