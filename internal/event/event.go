@@ -14,8 +14,9 @@ const (
 	// KindConnect is one CONNECT: intercepted (each request inside it is recorded itself),
 	// tunnelled (bytes pass uninspected) or refused.
 	KindConnect Kind = "connect"
-	// KindCredentialWithheld records that a request's response echoed its credentials more
-	// often than allowed, so the credential was withheld from the sandbox for a while.
+	// KindCredentialWithheld records that a credential was redacted from a sandbox's
+	// responses as often as allowed (limits.redactions): the sandbox's further requests
+	// that need it are refused.
 	KindCredentialWithheld Kind = "credential.withheld"
 	// KindRefusalsSuppressed stands for refusals that were counted instead of written one by
 	// one (a refusal flood); its Suppressed field says how many.
