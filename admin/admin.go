@@ -5,7 +5,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/airlock-proxy/airlock/internal/bearer"
+	"github.com/airlock-proxy/airlock/internal/jsonapi"
 	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
@@ -58,7 +58,7 @@ func New(o Options) http.Handler {
 	}
 	r.Use(limitBody(maxBody))
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		jsonapi.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", func(w http.ResponseWriter, req *http.Request) {
 		ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
@@ -73,16 +73,16 @@ func New(o Options) http.Handler {
 				out[name] = "ok"
 			}
 		}
-		writeJSON(w, status, out)
+		jsonapi.Write(w, status, out)
 	})
 	if o.Metrics != nil {
 		r.Handle("/metrics", o.Metrics)
 	}
 	if o.PolicyStatus != nil {
-		r.Get("/v1/policy", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, o.PolicyStatus()) })
+		r.Get("/v1/policy", func(w http.ResponseWriter, _ *http.Request) { jsonapi.Write(w, http.StatusOK, o.PolicyStatus()) })
 	}
 	if o.Sandboxes != nil {
-		r.Get("/v1/sandboxes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, o.Sandboxes()) })
+		r.Get("/v1/sandboxes", func(w http.ResponseWriter, _ *http.Request) { jsonapi.Write(w, http.StatusOK, o.Sandboxes()) })
 	}
 	if o.Credentials != nil {
 		log := o.Logger
@@ -102,18 +102,9 @@ func New(o Options) http.Handler {
 func refuseProxied(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Proxy-Authorization") != "" || r.URL.IsAbs() || r.Method == http.MethodConnect {
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "the admin API does not accept proxied requests"})
+			jsonapi.Error(w, http.StatusForbidden, "the admin API does not accept proxied requests")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/jsonapi"
 )
 
 // Bounds of the admin listener. The admin API answers operators and orchestrators with
@@ -106,7 +108,7 @@ func (g *hostGuard) middleware(next http.Handler) http.Handler {
 			if len(host) > 100 {
 				host = host[:100] + "..."
 			}
-			writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("the admin API does not answer to Host %q: only to IP addresses, localhost and the names in admin.hosts "+
+			jsonapi.Error(w, http.StatusMisdirectedRequest, fmt.Sprintf("the admin API does not answer to Host %q: only to IP addresses, localhost and the names in admin.hosts "+
 				"(this refuses web pages that rebind a DNS name to this address); if the name is yours, add it to admin.hosts", host))
 			return
 		}
@@ -122,7 +124,7 @@ func limitBody(limit int64) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			tooLarge := func() {
 				w.Header().Set("Connection", "close")
-				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes (admin.max_body_bytes)", limit))
+				jsonapi.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes (admin.max_body_bytes)", limit))
 			}
 			switch {
 			case r.ContentLength > limit:
@@ -132,7 +134,7 @@ func limitBody(limit int64) func(http.Handler) http.Handler {
 				b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 				if err != nil {
 					w.Header().Set("Connection", "close")
-					writeError(w, http.StatusBadRequest, "reading the request body failed")
+					jsonapi.Error(w, http.StatusBadRequest, "reading the request body failed")
 					return
 				}
 				if int64(len(b)) > limit {

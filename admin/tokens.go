@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/internal/bearer"
 	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/internal/jsonapi"
 )
 
 // Credentials issues and revokes per-sandbox proxy credentials; *proxy.Proxy implements
@@ -84,19 +85,19 @@ func (h *tokenAPI) requireIssuer(next http.Handler) http.Handler {
 		switch {
 		case err != nil:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
-			writeError(w, http.StatusUnauthorized, err.Error())
+			jsonapi.Error(w, http.StatusUnauthorized, err.Error())
 			return
 		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
-			writeError(w, http.StatusUnauthorized, "this API (sandbox credentials and sessions) needs an issuer token: Authorization: Bearer TOKEN, with TOKEN from one of proxy.issuers")
+			jsonapi.Error(w, http.StatusUnauthorized, "this API (sandbox credentials and sessions) needs an issuer token: Authorization: Bearer TOKEN, with TOKEN from one of proxy.issuers")
 			return
 		case h.issuers.Len() == 0:
-			writeError(w, http.StatusForbidden, "no credential issuers are configured (proxy.issuers), so no token may issue sandbox credentials or use sandbox sessions")
+			jsonapi.Error(w, http.StatusForbidden, "no credential issuers are configured (proxy.issuers), so no token may issue sandbox credentials or use sandbox sessions")
 			return
 		}
 		name, ok := h.issuers.Authenticate(tok)
 		if !ok {
-			writeError(w, http.StatusForbidden, "the bearer token is not the token of any of proxy.issuers")
+			jsonapi.Error(w, http.StatusForbidden, "the bearer token is not the token of any of proxy.issuers")
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), issuerKey{}, name)))
@@ -108,7 +109,7 @@ func (h *tokenAPI) requireIssuer(next http.Handler) http.Handler {
 func sandboxID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := chi.URLParam(r, "id")
 	if err := identity.CheckID(id); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		jsonapi.Error(w, http.StatusBadRequest, err.Error())
 		return "", false
 	}
 	return id, true
@@ -123,7 +124,7 @@ func (h *tokenAPI) issue(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 {
 		if ct := r.Header.Get("Content-Type"); ct != "" {
 			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-				writeError(w, http.StatusUnsupportedMediaType, "send the request body as application/json")
+				jsonapi.Error(w, http.StatusUnsupportedMediaType, "send the request body as application/json")
 				return
 			}
 		}
@@ -132,10 +133,10 @@ func (h *tokenAPI) issue(w http.ResponseWriter, r *http.Request) {
 		if err := dec.Decode(&req); err != nil && !errors.Is(err, io.EOF) {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", maxIssueBody))
+				jsonapi.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", maxIssueBody))
 				return
 			}
-			writeError(w, http.StatusBadRequest, "request body: want {\"labels\": {\"K\": \"V\"}, \"ttl\": \"2h\"}: "+err.Error())
+			jsonapi.Error(w, http.StatusBadRequest, "request body: want {\"labels\": {\"K\": \"V\"}, \"ttl\": \"2h\"}: "+err.Error())
 			return
 		}
 	}
@@ -143,7 +144,7 @@ func (h *tokenAPI) issue(w http.ResponseWriter, r *http.Request) {
 	if req.TTL != "" {
 		d, err := time.ParseDuration(req.TTL)
 		if err != nil || d <= 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("ttl %q: want a positive duration such as 2h", req.TTL))
+			jsonapi.Error(w, http.StatusBadRequest, fmt.Sprintf("ttl %q: want a positive duration such as 2h", req.TTL))
 			return
 		}
 		ttl = d
@@ -154,7 +155,7 @@ func (h *tokenAPI) issue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("issued a sandbox proxy credential", "sandbox", id, "issuer", r.Context().Value(issuerKey{}), "expires", exp)
-	writeJSON(w, http.StatusCreated, IssueResponse{Sandbox: id, Token: tok, Expires: exp})
+	jsonapi.Write(w, http.StatusCreated, IssueResponse{Sandbox: id, Token: tok, Expires: exp})
 }
 
 func (h *tokenAPI) revoke(w http.ResponseWriter, r *http.Request) {
@@ -167,7 +168,7 @@ func (h *tokenAPI) revoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("revoked a sandbox's proxy credentials", "sandbox", id, "issuer", r.Context().Value(issuerKey{}))
-	writeJSON(w, http.StatusOK, RevokeResponse{Sandbox: id, Revoked: true})
+	jsonapi.Write(w, http.StatusOK, RevokeResponse{Sandbox: id, Revoked: true})
 }
 
 // fail maps an error to its status in one place; server-side detail goes to the log only.
@@ -179,12 +180,8 @@ func (h *tokenAPI) fail(w http.ResponseWriter, r *http.Request, verb, id string,
 	}
 	if status >= 500 {
 		h.log.Error("sandbox credential "+verb+" failed", "sandbox", id, "err", err)
-		writeError(w, status, "the proxy's revocation list (approval store) is unavailable; retry later")
+		jsonapi.Error(w, status, "the proxy's revocation list (approval store) is unavailable; retry later")
 		return
 	}
-	writeError(w, status, err.Error())
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+	jsonapi.Error(w, status, err.Error())
 }

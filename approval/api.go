@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/airlock-proxy/airlock/internal/jsonapi"
 )
 
 // Handler serves the approvals admin API and web page at the admin listener's root:
@@ -68,7 +70,7 @@ func limitBody(n int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.ContentLength > n {
-				writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("request body larger than %d bytes", n)})
+				jsonapi.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", n))
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, n)
@@ -120,17 +122,8 @@ func (s *Service) handle(h func(http.ResponseWriter, *http.Request) error) http.
 			http.Redirect(w, r, "/approvals?conflict="+url.QueryEscape(chi.URLParam(r, "id")), http.StatusSeeOther)
 			return
 		}
-		writeJSON(w, he.status, map[string]string{"error": he.msg})
+		jsonapi.Error(w, he.status, he.msg)
 	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }
 
 // refuseProxyAuth turns away anything that carries a proxy credential: that is a sandbox
@@ -138,7 +131,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func refuseProxyAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Proxy-Authorization") != "" {
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "requests carrying Proxy-Authorization (a sandbox credential) may not use the approvals API"})
+			jsonapi.Error(w, http.StatusForbidden, "requests carrying Proxy-Authorization (a sandbox credential) may not use the approvals API")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -166,7 +159,7 @@ func (s *Service) sameOrigin(next http.Handler) http.Handler {
 		}
 		if why := crossSite(r, pageOrigin); why != "" {
 			s.log.Info("approvals: cross-site request refused", "method", r.Method, "path", r.URL.Path, "addr", clientAddr(r), "why", why)
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-site request refused (" + why + "): sign in and decide on the approvals page itself, or use the API with Authorization: Bearer <token>"})
+			jsonapi.Error(w, http.StatusForbidden, "cross-site request refused ("+why+"): sign in and decide on the approvals page itself, or use the API with Authorization: Bearer <token>")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -225,7 +218,7 @@ func (s *Service) requireApprover(next http.Handler) http.Handler {
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock approvals"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "approver token required: Authorization: Bearer <token>"})
+			jsonapi.Error(w, http.StatusUnauthorized, "approver token required: Authorization: Bearer <token>")
 			return
 		}
 		var name string
@@ -233,7 +226,7 @@ func (s *Service) requireApprover(next http.Handler) http.Handler {
 			n, live, err := s.session(r.Context(), cred.session)
 			if err != nil {
 				s.log.Error("approvals API: session lookup", "err", err)
-				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "approval store unavailable"})
+				jsonapi.Error(w, http.StatusServiceUnavailable, "approval store unavailable")
 				return
 			}
 			if !live {
@@ -242,7 +235,7 @@ func (s *Service) requireApprover(next http.Handler) http.Handler {
 					s.renderLogin(w, http.StatusUnauthorized, "Your session has ended; sign in again.")
 					return
 				}
-				writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the session has ended: sign in again, or use Authorization: Bearer <token>"})
+				jsonapi.Error(w, http.StatusUnauthorized, "the session has ended: sign in again, or use Authorization: Bearer <token>")
 				return
 			}
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -251,7 +244,7 @@ func (s *Service) requireApprover(next http.Handler) http.Handler {
 					got = r.PostFormValue("csrf")
 				}
 				if !constantEqual(got, csrfToken(cred.session)) {
-					writeJSON(w, http.StatusForbidden, map[string]string{"error": "missing or wrong CSRF token; reload the approvals page"})
+					jsonapi.Error(w, http.StatusForbidden, "missing or wrong CSRF token; reload the approvals page")
 					return
 				}
 			}
@@ -261,10 +254,10 @@ func (s *Service) requireApprover(next http.Handler) http.Handler {
 			if !ok {
 				if wait := s.logins.fail("addr:"+clientAddr(r), s.now()); wait > 0 {
 					w.Header().Set("Retry-After", retryAfter(wait))
-					writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "token is not an approver's, and too many approver tokens or sign-ins from this address failed; retry after " + retryAfter(wait) + "s"})
+					jsonapi.Error(w, http.StatusTooManyRequests, "token is not an approver's, and too many approver tokens or sign-ins from this address failed; retry after "+retryAfter(wait)+"s")
 					return
 				}
-				writeJSON(w, http.StatusForbidden, map[string]string{"error": "token is not an approver's"})
+				jsonapi.Error(w, http.StatusForbidden, "token is not an approver's")
 				return
 			}
 			name = n
@@ -297,7 +290,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 	if recs == nil {
 		recs = []Record{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"approvals": recs})
+	jsonapi.Write(w, http.StatusOK, map[string]any{"approvals": recs})
 	return nil
 }
 
@@ -306,7 +299,7 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, rec)
+	jsonapi.Write(w, http.StatusOK, rec)
 	return nil
 }
 
@@ -378,7 +371,7 @@ func (s *Service) decideHandler(state State) func(http.ResponseWriter, *http.Req
 			http.Redirect(w, r, "/approvals?decided="+url.QueryEscape(id), http.StatusSeeOther)
 			return nil
 		}
-		writeJSON(w, http.StatusOK, rec)
+		jsonapi.Write(w, http.StatusOK, rec)
 		return nil
 	}
 }

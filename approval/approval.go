@@ -38,4 +38,4 @@ type Result struct {
 }
 
 // Approved reports whether the request may be sent.
-func (r Result) Approved() bool { return r.State == "approved" }
+func (r Result) Approved() bool { return r.State == StateApproved }

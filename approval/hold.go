@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // storeWriteTimeout bounds the store writes Hold makes after its caller went away.
@@ -47,7 +49,7 @@ func (s *Service) Hold(ctx context.Context, r Request) (Result, error) {
 		return Result{}, err
 	}
 	s.log.Info("approval pending", "id", rec.ID, "sandbox", rec.Sandbox, "method", rec.Method,
-		"url", RedactURL(rec.URL), "rule", rec.Rule, "expires", rec.Expires, "warnings", len(rec.Warnings))
+		"url", redact.URL(rec.URL), "rule", rec.Rule, "expires", rec.Expires, "warnings", len(rec.Warnings))
 	s.events.publish(Event{Type: EventCreated, Record: rec})
 	s.notify(rec, duplicate)
 

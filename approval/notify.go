@@ -12,6 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/event"
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // maxBackoff caps the delay between notification attempts.
@@ -219,9 +222,9 @@ func (s *Service) askService(ctx context.Context, rec Record) error {
 	}
 	var state State
 	switch a.Decision {
-	case "approve", "approved":
+	case string(event.DecisionApprove), string(StateApproved):
 		state = StateApproved
-	case "deny", "denied":
+	case string(event.DecisionDeny), string(StateDenied):
 		state = StateDenied
 	case "":
 		return nil
@@ -304,7 +307,7 @@ func (s *Service) postOnce(ctx context.Context, url string, body []byte, token s
 // redactURLForLog keeps scheme, host and path of a webhook address (Slack-style webhook
 // URLs carry their secret in the path, so only the host is kept).
 func redactURLForLog(raw string) string {
-	r := RedactURL(raw)
+	r := redact.URL(raw)
 	if i := strings.Index(r, "://"); i >= 0 {
 		if j := strings.IndexByte(r[i+3:], '/'); j >= 0 {
 			return r[:i+3+j] + "/…"

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlock-proxy/airlock/internal/jsonapi"
 	"github.com/airlock-proxy/airlock/internal/termsafe"
 )
 
@@ -126,7 +127,7 @@ func (s *Service) login(w http.ResponseWriter, r *http.Request) error {
 func (s *Service) logout(w http.ResponseWriter, r *http.Request) error {
 	if c, err := r.Cookie(cookieName); err == nil && c.Value != "" {
 		if !constantEqual(r.PostFormValue("csrf"), csrfToken(c.Value)) {
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "missing or wrong CSRF token; reload the approvals page"})
+			jsonapi.Error(w, http.StatusForbidden, "missing or wrong CSRF token; reload the approvals page")
 			return nil
 		}
 		if err := s.store.DeleteSession(r.Context(), sessionIDHash(c.Value)); err != nil {

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"maps"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -152,50 +151,6 @@ func RequestHash(method, url string, h http.Header, body []byte) string {
 	count(len(body))
 	d.Write(body)
 	return hex.EncodeToString(d.Sum(nil))
-}
-
-// secretQueryWords mark query parameters whose values RedactURL hides.
-var secretQueryWords = [...]string{"token", "key", "secret", "password", "passwd", "pwd",
-	"auth", "sig", "credential", "session", "code", "jwt", "bearer"}
-
-// RedactURL returns rawURL with user info and the values of secret-looking query
-// parameters (names containing token, key, secret, password, auth, sig, …) replaced by
-// "[redacted]". An unparsable URL is replaced whole. Records show the URL in full; this is
-// for airlock's own log lines and notification addresses.
-func RedactURL(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "[unparsable URL redacted]"
-	}
-	if u.User != nil {
-		u.User = url.User("[redacted]")
-	}
-	if u.RawQuery == "" {
-		return u.String()
-	}
-	parts := strings.Split(u.RawQuery, "&")
-	for i, p := range parts {
-		name, _, hasValue := strings.Cut(p, "=")
-		dec, err := url.QueryUnescape(name)
-		if err != nil {
-			dec = name
-		}
-		if hasValue && secretQueryName(dec) {
-			parts[i] = name + "=[redacted]"
-		}
-	}
-	u.RawQuery = strings.Join(parts, "&")
-	return u.String()
-}
-
-func secretQueryName(name string) bool {
-	n := strings.ToLower(name)
-	for _, w := range secretQueryWords {
-		if strings.Contains(n, w) {
-			return true
-		}
-	}
-	return false
 }
 
 // Preview returns the first max bytes of body as valid UTF-8 (never cutting a character;

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // Genesis is the "prev" of the first line of a chain: 64 zeros (the width of a SHA-256).
@@ -19,7 +21,7 @@ import (
 // newline, across rotated files too; "seq" counts lines from 1 without gaps.
 var Genesis = strings.Repeat("0", 64)
 
-// KindCheckpoint marks a signed checkpoint line:
+// checkpointLine is a signed checkpoint line, of kind event.KindCheckpoint:
 //
 //	{"seq":N,"prev":H,"kind":"checkpoint","v":2,"time":T,"hash":H,"sig":S,"key_id":K,"final":true}
 //
@@ -30,36 +32,34 @@ var Genesis = strings.Repeat("0", 64)
 // closed cleanly; it is signed, so a log cut after a periodic checkpoint cannot be made to
 // look sealed. Version 1 checkpoints (no "v") signed "airlock-audit-checkpoint-v1\n<seq>\n<hash>\n"
 // and still verify, but their final flag is not signed and does not seal a log.
-const KindCheckpoint = "checkpoint"
+type checkpointLine struct {
+	Seq   uint64     `json:"seq"`
+	Prev  string     `json:"prev"`
+	Kind  event.Kind `json:"kind"`
+	V     int        `json:"v"`
+	Time  string     `json:"time"`
+	Hash  string     `json:"hash"`
+	Sig   string     `json:"sig"`
+	KeyID string     `json:"key_id"`
+	Final bool       `json:"final,omitempty"`
+}
 
 // checkpointVersion is the version the sink writes.
 const checkpointVersion = 2
 
 // lineHead is what the chain needs from any line.
 type lineHead struct {
-	Seq       uint64 `json:"seq"`
-	Prev      string `json:"prev"`
-	Kind      string `json:"kind"`
-	V         int    `json:"v"`
-	Time      string `json:"time"`
-	Hash      string `json:"hash"`
-	Sig       string `json:"sig"`
-	KeyID     string `json:"key_id"`
-	Final     bool   `json:"final"`
-	Stage     Stage  `json:"stage"`
-	RequestID string `json:"request_id"`
-}
-
-type checkpointLine struct {
-	Seq   uint64 `json:"seq"`
-	Prev  string `json:"prev"`
-	Kind  string `json:"kind"`
-	V     int    `json:"v"`
-	Time  string `json:"time"`
-	Hash  string `json:"hash"`
-	Sig   string `json:"sig"`
-	KeyID string `json:"key_id"`
-	Final bool   `json:"final,omitempty"`
+	Seq       uint64     `json:"seq"`
+	Prev      string     `json:"prev"`
+	Kind      event.Kind `json:"kind"`
+	V         int        `json:"v"`
+	Time      string     `json:"time"`
+	Hash      string     `json:"hash"`
+	Sig       string     `json:"sig"`
+	KeyID     string     `json:"key_id"`
+	Final     bool       `json:"final"`
+	Stage     Stage      `json:"stage"`
+	RequestID string     `json:"request_id"`
 }
 
 func lineHash(line []byte) string {
@@ -158,7 +158,7 @@ func stateOf(path string) (chainState, bool, error) {
 		return chainState{}, false, fmt.Errorf("audit log %s: last line is not an audit line (no seq); verify it and move it aside", path)
 	}
 	// A version 1 final checkpoint did not sign its flag: the next Close seals again.
-	return chainState{seq: h.Seq, hash: lineHash(line), final: h.Kind == KindCheckpoint && h.Final && h.V >= 2}, true, nil
+	return chainState{seq: h.Seq, hash: lineHash(line), final: h.Kind == event.KindCheckpoint && h.Final && h.V >= 2}, true, nil
 }
 
 // resumeState finds where the chain of path ends: its own last line, or when it is empty

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // Events recorded by concurrent writers all land in the chain, each writer's in the order
@@ -55,7 +57,7 @@ func TestConcurrentWritersKeepChainOrder(t *testing.T) {
 			if err := json.Unmarshal(l, &ev); err != nil {
 				t.Fatal(err)
 			}
-			if ev.Kind == KindCheckpoint {
+			if ev.Kind == event.KindCheckpoint {
 				continue
 			}
 			var w, i int

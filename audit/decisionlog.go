@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // DecisionLog writes decisions in OPA's decision-log format, one JSON object per line, so
@@ -148,7 +150,7 @@ func maskAt(doc any, path []string) bool {
 }
 
 // maskBareKeys renames query keys that had no value ("?TOKEN" parses as key TOKEN with an
-// empty value), matching RedactQuery, which redacts such items whole.
+// empty value), matching redact.Query, which redacts such items whole.
 func maskBareKeys(v any) any {
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -157,8 +159,8 @@ func maskBareKeys(v any) any {
 	out := make(map[string]any, len(m))
 	for k, vals := range m {
 		if l, ok := vals.([]any); ok && allEmpty(l) {
-			prev, _ := out[Redacted].([]any)
-			out[Redacted] = append(prev, l...)
+			prev, _ := out[redact.Redacted].([]any)
+			out[redact.Redacted] = append(prev, l...)
 			continue
 		}
 		out[k] = vals
@@ -189,6 +191,6 @@ func maskValues(v any) any {
 		}
 		return x
 	default:
-		return Redacted
+		return redact.Redacted
 	}
 }

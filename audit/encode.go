@@ -29,7 +29,7 @@ func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	dst = optString(dst, `,"request_id":`, ev.RequestID)
 	dst = optString(dst, `,"stage":`, string(ev.Stage))
 	dst = append(dst, `,"kind":`...)
-	dst = appendJSONString(dst, ev.Kind)
+	dst = appendJSONString(dst, string(ev.Kind))
 	dst = append(dst, `,"sandbox":`...)
 	dst = appendJSONString(dst, ev.SandboxID)
 	if len(ev.Labels) > 0 {
@@ -68,7 +68,7 @@ func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	dst = optString(dst, `,"query":`, ev.Query)
 	dst = optString(dst, `,"phase":`, ev.Phase)
 	dst = append(dst, `,"decision":`...)
-	dst = appendJSONString(dst, ev.Decision)
+	dst = appendJSONString(dst, string(ev.Decision))
 	dst = optString(dst, `,"rule":`, ev.Rule)
 	dst = optString(dst, `,"reason":`, ev.Reason)
 	dst = optString(dst, `,"policy_revision":`, ev.PolicyRev)

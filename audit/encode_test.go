@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 func checkEventJSON(t *testing.T, ev Event) {
@@ -28,9 +30,9 @@ func TestEventJSONMatchesEncodingJSON(t *testing.T) {
 	tricky := []string{"", "plain", `quote " backslash \ slash /`, "<script>&amp;</script>", "\x00\x01\x1f\x7f",
 		"\b\f\n\r\t", "héllo wörld ✓ 😀", "\u2028\u2029", "bad \xff utf8 \xc3", "\xed\xa0\x80", strings.Repeat("x", 3000)}
 	for _, s := range tricky {
-		checkEventJSON(t, Event{Time: time.Now(), ID: s, RequestID: s, Stage: Stage(s), Kind: s, SandboxID: s,
+		checkEventJSON(t, Event{Time: time.Now(), ID: s, RequestID: s, Stage: Stage(s), Kind: event.Kind(s), SandboxID: s,
 			Labels: map[string]string{s: s, "b": "2", "a": s}, Method: s, Scheme: s, Host: s, Port: 443, Path: s, Query: s,
-			Phase: s, Decision: s, Rule: s, Reason: s, PolicyRev: s, Creds: []string{s, "x"}, ApprovalID: s, Approver: s,
+			Phase: s, Decision: event.Decision(s), Rule: s, Reason: s, PolicyRev: s, Creds: []string{s, "x"}, ApprovalID: s, Approver: s,
 			Status: 200, BytesIn: -5, BytesOut: 1 << 40, DurationMS: 0.123, TraceID: s, SpanID: s, ErrorClass: s})
 	}
 	for _, ev := range []Event{
@@ -52,8 +54,8 @@ func FuzzEventJSON(f *testing.F) {
 	f.Add("", "", "", "", "", int64(0), 1, 0.0, int64(0))
 	f.Fuzz(func(t *testing.T, a, b, c, k, v string, nanos int64, zone int, dur float64, n int64) {
 		ev := Event{Time: time.Unix(0, nanos).In(time.FixedZone("z", zone)), ID: a, RequestID: b, Stage: Stage(c),
-			Kind: a, SandboxID: b, Labels: map[string]string{k: v, a: b}, Method: c, Host: a, Port: int(n), Path: b,
-			Query: c, Decision: a, Rule: b, Reason: c, Creds: []string{k, v}, Status: int(n), BytesIn: n, BytesOut: -n,
+			Kind: event.Kind(a), SandboxID: b, Labels: map[string]string{k: v, a: b}, Method: c, Host: a, Port: int(n), Path: b,
+			Query: c, Decision: event.Decision(a), Rule: b, Reason: c, Creds: []string{k, v}, Status: int(n), BytesIn: n, BytesOut: -n,
 			DurationMS: dur, TraceID: k, ErrorClass: v}
 		if k == "" {
 			ev.Labels, ev.Creds = nil, nil

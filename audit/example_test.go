@@ -27,8 +27,3 @@ func Example() {
 	fmt.Println(r.Events, err)
 	// Output: 1 <nil>
 }
-
-func ExampleRedactQuery() {
-	fmt.Println(audit.RedactQuery("state=open&access_token=ghp_x&debug"))
-	// Output: state=[redacted]&access_token=[redacted]&[redacted]
-}

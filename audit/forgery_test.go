@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // The forgeries below are what someone who can write the log files (but does not hold the
@@ -405,7 +407,7 @@ func FuzzVerifySigned(f *testing.F) {
 		var got [][]byte
 		for _, l := range bytes.SplitAfter(data, []byte("\n")) {
 			var h lineHead
-			if len(l) > 0 && jsonUnmarshal(l, &h) == nil && h.Kind != KindCheckpoint {
+			if len(l) > 0 && jsonUnmarshal(l, &h) == nil && h.Kind != event.KindCheckpoint {
 				got = append(got, l)
 			}
 		}

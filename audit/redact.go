@@ -9,55 +9,15 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-proxy/airlock/internal/event"
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
-
-// Redacted is the value written in place of anything that may carry a secret.
-const Redacted = "[redacted]"
-
-// RedactQuery keeps the keys of a raw URL query and replaces every value with "[redacted]":
-// "a=1&b=x&c" becomes "a=[redacted]&b=[redacted]&[redacted]". A parameter without "=" is
-// redacted whole, since some APIs put a bare token there. Keys are re-escaped, so the
-// result never contains a raw control character; the function is idempotent.
-func RedactQuery(rawQuery string) string {
-	if rawQuery == "" {
-		return ""
-	}
-	var b strings.Builder
-	for part := range strings.SplitSeq(rawQuery, "&") {
-		if part == "" {
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte('&')
-		}
-		key, _, hasValue := strings.Cut(part, "=")
-		if !hasValue {
-			b.WriteString(Redacted)
-			continue
-		}
-		if k, err := url.QueryUnescape(key); err == nil {
-			key = k
-		}
-		b.WriteString(escapeKey(key))
-		b.WriteByte('=')
-		b.WriteString(Redacted)
-	}
-	return b.String()
-}
-
-// escapeKey escapes like url.QueryEscape but leaves the brackets of "[redacted]" readable
-// and keeps the result stable when it is redacted again.
-func escapeKey(k string) string {
-	if k == Redacted {
-		return k
-	}
-	return url.QueryEscape(k)
-}
 
 var errorClassRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 
 // Sanitized returns a copy of ev that cannot carry a secret value: the query is redacted
-// (RedactQuery), an error class that is not a short token ([a-z0-9_.-], at most 64 bytes)
+// (redact.Query), an error class that is not a short token ([a-z0-9_.-], at most 64 bytes)
 // becomes "invalid" (it must be a class such as "vault_unreachable", never an error text),
 // free-text fields are bounded, and the labels map is copied. The sink applies it to every
 // event it writes.
@@ -81,7 +41,7 @@ func (ev Event) Sanitized() Event {
 // bounded (see the Max* constants): a longer one is cut at a character boundary and ends in
 // a marker saying how much was cut ("…[truncated 123 bytes]").
 func (ev Event) scrubbed() Event {
-	ev.Query = bound(RedactQuery(ev.Query), MaxQueryBytes)
+	ev.Query = bound(redact.Query(ev.Query), MaxQueryBytes)
 	if ev.ErrorClass != "" && !errorClassRE.MatchString(ev.ErrorClass) {
 		ev.ErrorClass = "invalid"
 	}
@@ -145,7 +105,7 @@ func bound(s string, n int) string {
 // header, no body and no user info, so none of them can reach the audit log. The caller adds
 // sandbox, decision and the rest.
 func NewRequestEvent(r *http.Request) Event {
-	ev := Event{Time: time.Now().UTC(), Kind: "request", Method: r.Method}
+	ev := Event{Time: time.Now().UTC(), Kind: event.KindRequest, Method: r.Method}
 	u := r.URL
 	if u == nil {
 		u = &url.URL{}
@@ -167,14 +127,14 @@ func NewRequestEvent(r *http.Request) Event {
 		}
 	}
 	if r.Method == http.MethodConnect {
-		ev.Kind = "connect"
+		ev.Kind = event.KindConnect
 		if ev.Port == 0 {
 			ev.Port = 443
 		}
 		return ev
 	}
 	ev.Path = u.EscapedPath()
-	ev.Query = RedactQuery(u.RawQuery)
+	ev.Query = redact.Query(u.RawQuery)
 	return ev
 }
 

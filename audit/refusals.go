@@ -6,12 +6,9 @@ import (
 	"maps"
 	"sync"
 	"time"
-)
 
-// KindRefusalsSuppressed is the kind of a record that stands for refusals of one sandbox
-// under one rule that were not written one by one (RefusalLimit): Suppressed says how many,
-// Time and DurationMS the span in which they happened.
-const KindRefusalsSuppressed = "refusals.suppressed"
+	"github.com/airlock-proxy/airlock/internal/event"
+)
 
 // Recorder is where a RefusalLimit writes (a *Sink).
 type Recorder interface {
@@ -42,8 +39,9 @@ type RefusalLimitOptions struct {
 // audit log without bound. Records of refusals (a request or CONNECT denied or failed before
 // anything was forwarded: no stage, decision deny or error, no approval) are written one by
 // one within a per-sandbox token bucket; past it they are counted per sandbox, rule and
-// decision and written as one KindRefusalsSuppressed record per Summary period. Every other
-// record (decision and completion records of forwarded requests, approvals, lifecycle
+// decision and written as one event.KindRefusalsSuppressed record per Summary period
+// (Suppressed says how many, Time and DurationMS the span in which they happened). Every
+// other record (decision and completion records of forwarded requests, approvals, lifecycle
 // events) is passed on as is, one per request, whatever the rate.
 type RefusalLimit struct {
 	next Recorder
@@ -63,7 +61,10 @@ type refusalBucket struct {
 	last   time.Time
 }
 
-type suppressKey struct{ sandbox, rule, decision string }
+type suppressKey struct {
+	sandbox, rule string
+	decision      event.Decision
+}
 
 type suppressed struct {
 	n           int64
@@ -100,8 +101,8 @@ func NewRefusalLimit(next Recorder, o RefusalLimitOptions) *RefusalLimit {
 
 // IsRefusal reports whether ev is a refusal record that RefusalLimit may summarise.
 func IsRefusal(ev Event) bool {
-	return ev.Stage == "" && (ev.Kind == "request" || ev.Kind == "connect") &&
-		(ev.Decision == "deny" || ev.Decision == "error") && ev.ApprovalID == ""
+	return ev.Stage == "" && (ev.Kind == event.KindRequest || ev.Kind == event.KindConnect) &&
+		ev.Decision.Refused() && ev.ApprovalID == ""
 }
 
 // Record writes ev, or counts it when it is a refusal past its sandbox's limit (then the
@@ -143,7 +144,7 @@ func (l *RefusalLimit) admit(ev Event) bool {
 	k := suppressKey{ev.SandboxID, ev.Rule, ev.Decision}
 	c := l.counts[k]
 	if c == nil && len(l.counts) >= maxRefusalKeys {
-		k = suppressKey{"", "*", "deny"}
+		k = suppressKey{"", "*", event.DecisionDeny}
 		c = l.counts[k]
 	}
 	if c == nil {
@@ -210,7 +211,7 @@ func (l *RefusalLimit) summary(k suppressKey, c *suppressed) Event {
 		who = "(many sandboxes: the limiter's table was full)"
 	}
 	return Event{
-		Time: c.first.UTC(), Kind: KindRefusalsSuppressed, SandboxID: k.sandbox, Labels: c.labels,
+		Time: c.first.UTC(), Kind: event.KindRefusalsSuppressed, SandboxID: k.sandbox, Labels: c.labels,
 		Decision: k.decision, Rule: k.rule, Status: c.status, ErrorClass: c.errorClass, Suppressed: c.n,
 		DurationMS: float64(c.last.Sub(c.first).Microseconds()) / 1000,
 		Reason: fmt.Sprintf("%d refusals suppressed for sandbox %s, rule %s, between %s and %s: past audit.refusal_burst (%d), then one per audit.refusal_interval (%s)",

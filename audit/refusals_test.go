@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 type memRecorder struct {
@@ -106,11 +108,11 @@ func TestRefusalLimitSummarisesOnlyRefusals(t *testing.T) {
 	var total int64
 	rules := map[string]int64{}
 	for _, ev := range mem.events() {
-		if ev.Kind != KindRefusalsSuppressed {
+		if ev.Kind != event.KindRefusalsSuppressed {
 			continue
 		}
 		total += ev.Suppressed
-		rules[ev.Rule+"/"+ev.Decision] += ev.Suppressed
+		rules[ev.Rule+"/"+string(ev.Decision)] += ev.Suppressed
 		if ev.SandboxID != "sbx-a" || !strings.Contains(ev.Reason, "refusals suppressed for sandbox sbx-a, rule "+ev.Rule) {
 			t.Errorf("summary: %+v", ev)
 		}
@@ -145,7 +147,7 @@ func TestRefusalLimitInTheSignedLog(t *testing.T) {
 	evs := readEvents(t, path)
 	var summaries int
 	for _, ev := range evs {
-		if ev.Kind == KindRefusalsSuppressed {
+		if ev.Kind == event.KindRefusalsSuppressed {
 			summaries++
 			if ev.Suppressed != 9 {
 				t.Errorf("summary counts %d, want 9", ev.Suppressed)
@@ -177,7 +179,7 @@ func readEvents(t *testing.T, path string) []Event {
 		if err := jsonUnmarshal(l, &ev); err != nil {
 			t.Fatal(err)
 		}
-		if ev.Kind != KindCheckpoint {
+		if ev.Kind != event.KindCheckpoint {
 			out = append(out, ev)
 		}
 	}

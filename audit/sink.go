@@ -11,6 +11,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // ErrClosed is returned by Record after Close.
@@ -20,7 +22,7 @@ var ErrClosed = errors.New("audit sink is closed")
 // holds BufferEvents events: the proxy must refuse traffic from then on.
 var ErrBufferFull = errors.New("audit buffer is full")
 
-// Sink writes events to a hash-chained JSON Lines file (see Genesis and KindCheckpoint for
+// Sink writes events to a hash-chained JSON Lines file (see Genesis and checkpointLine for
 // the format). It is safe for concurrent use and implements proxy.Auditor.
 //
 // Writes are group-committed. Events recorded while the file is busy queue in one batch;
@@ -130,8 +132,8 @@ func Open(opts Options) (*Sink, error) {
 // failure to write is returned; in buffer mode the event is kept in memory until the file
 // works again, and an error is returned only once the buffer is full.
 func (s *Sink) Record(ctx context.Context, ev Event) error {
-	if ev.Kind == KindCheckpoint {
-		return fmt.Errorf("audit: event kind %q is reserved", KindCheckpoint)
+	if ev.Kind == event.KindCheckpoint {
+		return fmt.Errorf("audit: event kind %q is reserved", event.KindCheckpoint)
 	}
 	ev = ev.scrubbed() // encoded below, before Record returns: no copy of the maps needed
 	if ev.Time.IsZero() {
@@ -447,7 +449,7 @@ func (s *Sink) putCheckpoint() (bool, error) {
 
 // appendCheckpoint appends a signed checkpoint line for chain position (seq, prev).
 func (s *Sink) appendCheckpoint(dst []byte, seq uint64, prev string, final bool) []byte {
-	c := checkpointLine{Seq: seq, Prev: prev, Kind: KindCheckpoint, V: checkpointVersion,
+	c := checkpointLine{Seq: seq, Prev: prev, Kind: event.KindCheckpoint, V: checkpointVersion,
 		Time: time.Now().UTC().Format(time.RFC3339Nano), Hash: prev, KeyID: s.keyID, Final: final}
 	c.Sig = signCheckpoint(s.key, c)
 	return append(dst, marshalCheckpoint(c)...)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 func TestLineFormat(t *testing.T) {
@@ -241,7 +243,7 @@ func TestRecoversAfterWriteFailure(t *testing.T) {
 
 func TestRecordAfterCloseAndReservedKind(t *testing.T) {
 	s := openSink(t, Options{Path: filepath.Join(t.TempDir(), "a.jsonl")})
-	if err := s.Record(context.Background(), Event{Kind: KindCheckpoint}); err == nil {
+	if err := s.Record(context.Background(), Event{Kind: event.KindCheckpoint}); err == nil {
 		t.Error("got nil for a checkpoint event, want an error")
 	}
 	if err := s.Close(); err != nil {

@@ -12,6 +12,8 @@ import (
 	"os"
 	"sort"
 	"strconv"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // ErrBroken is wrapped by the error Verify returns when the chain or a signature is broken.
@@ -289,7 +291,7 @@ func (v *verifier) line(path string, n int, line []byte) lineHead {
 	v.started = true
 	v.seq, v.hash = h.Seq, lineHash(line)
 	v.lastWasFinal = false
-	if h.Kind != KindCheckpoint {
+	if h.Kind != event.KindCheckpoint {
 		v.event(path, n, h)
 		return h
 	}

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-proxy/airlock/approval"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/jsondoc"
 	"github.com/airlock-proxy/airlock/rego"
 )
@@ -37,7 +38,7 @@ type bodyCall struct {
 // badBody is the refusal for a body-aware request whose body the policy cannot judge
 // unambiguously.
 func badBody(status int, reason string) *refusal {
-	return &refusal{status: status, decision: "deny", rule: "body.ambiguous", class: "bad_request",
+	return &refusal{status: status, decision: event.DecisionDeny, rule: "body.ambiguous", class: "bad_request",
 		reason: reason + "; this destination's requests are decided by what their bodies say, so only bodies that read one way are accepted"}
 }
 
@@ -109,7 +110,7 @@ func (p *Proxy) readBounded(r *http.Request) ([]byte, *refusal) {
 		return nil, nil
 	}
 	max := p.opts.Limits.MaxPolicyBodyBytes
-	tooLarge := &refusal{status: http.StatusRequestEntityTooLarge, decision: "deny", rule: "limits.policy_body", class: "limit",
+	tooLarge := &refusal{status: http.StatusRequestEntityTooLarge, decision: event.DecisionDeny, rule: "limits.policy_body", class: "limit",
 		reason: "this destination's requests are decided by their bodies, which may be at most " + strconv.FormatInt(max, 10) + " bytes (limits.max_policy_body_bytes)"}
 	if r.ContentLength > max {
 		return nil, tooLarge
@@ -130,7 +131,7 @@ func (p *Proxy) readBounded(r *http.Request) ([]byte, *refusal) {
 		body = buf.Bytes()
 	}
 	if err != nil {
-		return nil, &refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol", class: "bad_request",
+		return nil, &refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol", class: "bad_request",
 			reason: "could not read the request body: " + err.Error()}
 	}
 	r.Body.Close()

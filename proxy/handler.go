@@ -7,15 +7,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/elazarl/goproxy"
 
 	"github.com/airlock-proxy/airlock/approval"
-	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/identity"
+	"github.com/airlock-proxy/airlock/internal/redact"
 	"github.com/airlock-proxy/airlock/rego"
-	"github.com/airlock-proxy/airlock/secrets"
 )
 
 // tunnel is what a CONNECT established; goproxy hands it to every request read inside it.
@@ -27,30 +26,6 @@ type tunnel struct {
 	rule string
 }
 
-// reqState is the per-request state: one per CONNECT and one per request.
-type reqState struct {
-	ctx   context.Context // carries the request's span
-	start time.Time
-	id    identity.Identity
-	ev    audit.Event
-	end   func(*audit.Event)
-	creds []string
-	done  bool
-	// approved is the binding of a held request that was approved (nil otherwise).
-	approved *approvedRequest
-	// reflects: the destination may echo the credentials (unless the rule said
-	// "reflects": false); upgrade: the rule allows an Upgrade with credentials.
-	reflects, upgrade bool
-	// recorded: the decision record is written (recordDecision); nothing is forwarded before.
-	recorded bool
-	// scrub is the response's scrubber once credentials are attached; finish counts its
-	// redactions.
-	scrub secrets.Scrubber
-	// calls are the calls a body-aware request's body holds, with their decisions: shown to
-	// approvers.
-	calls []approval.Call
-}
-
 func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if ic, ok := r.Context().Value(connKey).(*idleConn); ok {
 		ic.watch.served.Store(true)
@@ -58,42 +33,21 @@ func (p *Proxy) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	id, err := p.identify(r)
 	if err != nil {
 		st := p.begin(r.Context(), r, identity.Identity{ID: "unknown"}, "identity")
-		f := refusal{status: http.StatusProxyAuthRequired, decision: "deny", rule: "identity",
+		f := refusal{status: http.StatusProxyAuthRequired, decision: event.DecisionDeny, rule: "identity",
 			reason: "this listener needs a valid proxy credential (Proxy-Authorization) issued by airlock; a missing, unknown, expired or revoked one is refused",
 			class:  "identity"}
 		if errors.Is(err, errCredentialUnchecked) {
 			// The error may describe the store; it is logged, never sent to the sandbox.
 			p.log.Error("proxy credential refused: revocation list unavailable", "err", err)
-			f = refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "identity",
+			f = refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: "identity",
 				reason: "airlock could not check the proxy credential against its revocation list (approval store unavailable); retry later",
 				class:  "identity_unavailable"}
 		}
-		p.finishRefusal(r.Context(), st, f)
+		st.refuse(r.Context(), f)
 		p.writeRefusal(w, r, f)
 		return
 	}
 	p.gp.ServeHTTP(w, r.WithContext(withIdentity(r.Context(), id)))
-}
-
-func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity, phase string) *reqState {
-	st := &reqState{start: time.Now(), id: id}
-	st.ctx, st.end = p.opts.Telemetry.RequestStarted(ctx, r)
-	st.ev = audit.Event{
-		RequestID: audit.NewID(),
-		Kind:      "request",
-		SandboxID: id.ID,
-		ExecID:    id.Exec,
-		Labels:    id.Labels,
-		Method:    r.Method,
-		Phase:     phase,
-	}
-	if r.Method == http.MethodConnect {
-		st.ev.Kind = "connect"
-	}
-	if p.opts.PolicyRevision != nil {
-		st.ev.PolicyRev = p.opts.PolicyRevision()
-	}
-	return st
 }
 
 func (p *Proxy) decide(st *reqState, in *rego.Input) (rego.Decision, error) {
@@ -157,7 +111,7 @@ func strictness(d rego.Decision) int {
 
 // policyUnavailable is the answer when the policy could not decide: fail closed.
 func policyUnavailable(err error) refusal {
-	return refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "policy.error",
+	return refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: "policy.error",
 		reason: "the policy could not be evaluated, so the request is refused; retry later or tell the operator", class: "policy"}
 }
 
@@ -166,7 +120,7 @@ func denied(d rego.Decision) refusal {
 	if reason == "" {
 		reason = "the policy denies this request"
 	}
-	return refusal{status: http.StatusForbidden, decision: "deny", rule: d.Rule, reason: reason, class: "policy"}
+	return refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: d.Rule, reason: reason, class: "policy"}
 }
 
 func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
@@ -174,20 +128,20 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 	id, _ := identityFrom(r.Context())
 	st := p.begin(r.Context(), r, id, string(rego.PhaseConnect))
 	reject := func(f refusal) (*goproxy.ConnectAction, string) {
-		p.finishRefusal(r.Context(), st, f)
+		st.refuse(r.Context(), f)
 		ctx.Resp = f.response(r)
 		return goproxy.RejectConnect, host
 	}
 	h, port, err := splitHostPort(host, 443)
 	if err != nil {
-		return reject(refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol",
+		return reject(refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol",
 			reason: "CONNECT target is not a valid host:port: " + err.Error(), class: "bad_request"})
 	}
 	st.ev.Host, st.ev.Port = h, port
-	if !p.flight.acquire(id.ID, p.opts.Limits.MaxInFlightPerSandbox) {
+	if !st.acquire() {
 		return reject(tooMany())
 	}
-	defer p.flight.release(id.ID)
+	defer st.release() // a tunnel holds no slot once it is decided
 	dec, err := p.decide(st, connectInput(id, h, port))
 	if err != nil {
 		p.log.Error("policy evaluation failed", "phase", "connect", "sandbox", id.ID, "host", h, "err", err)
@@ -198,10 +152,10 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 		if !p.opts.ReportOnly {
 			return reject(denied(dec))
 		}
-		st.ev.Decision = "would_deny"
+		st.ev.Decision = event.DecisionWouldDeny
 		p.log.Warn("report-only: letting a denied CONNECT through", "sandbox", id.ID, "host", h, "port", port, "rule", dec.Rule)
 	} else {
-		st.ev.Decision = string(dec.Action)
+		st.ev.Decision = event.Decision(dec.Action)
 	}
 	target := joinHostPort(h, port)
 	if !(dec.Tunnel && !dec.Denies()) {
@@ -211,12 +165,12 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 	}
 	if dec.Tunnel && !dec.Denies() {
 		// dialTunnel writes the decision record before dialling, the completion at the end.
-		st.ev.Decision = "tunnel"
+		st.ev.Decision = event.DecisionTunnel
 		ctx.Req = r.WithContext(context.WithValue(r.Context(), tunnelStateKey{}, st))
 		return &goproxy.ConnectAction{Action: goproxy.ConnectAccept}, target
 	}
 	// Intercepted: the CONNECT's one record is written before the tunnel is accepted.
-	if err := p.finish(r.Context(), st); err != nil {
+	if err := st.finish(r.Context()); err != nil {
 		f := auditUnavailable()
 		ctx.Resp = f.response(r)
 		return goproxy.RejectConnect, host
@@ -241,12 +195,12 @@ func (p *Proxy) mitmTLS(host string) func(string, *goproxy.ProxyCtx) (*tls.Confi
 }
 
 func tooMany() refusal {
-	return refusal{status: http.StatusTooManyRequests, decision: "deny", rule: "limits.inflight",
+	return refusal{status: http.StatusTooManyRequests, decision: event.DecisionDeny, rule: "limits.inflight",
 		reason: "too many concurrent requests from this sandbox; wait for some to finish", class: "limit"}
 }
 
 func auditUnavailable() refusal {
-	return refusal{status: http.StatusServiceUnavailable, decision: "error", rule: "audit.unavailable",
+	return refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: "audit.unavailable",
 		reason: "the audit log cannot be written, so nothing is let through; tell the operator", class: "audit"}
 }
 
@@ -260,36 +214,29 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	}
 	st := p.begin(r.Context(), r, id, string(rego.PhaseRequest))
 	refuse := func(f refusal) (*http.Request, *http.Response) {
-		p.finishRefusal(r.Context(), st, f)
+		st.refuse(r.Context(), f)
 		return r, f.response(r)
 	}
 	if inTunnel && headerBytes(r) > p.opts.Limits.MaxHeaderBytes {
 		// Requests inside a tunnel are read by goproxy, not by http.Server: its header limit
 		// does not apply there, so it is enforced here.
-		return refuse(refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: "deny", rule: "limits.header",
+		return refuse(refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: event.DecisionDeny, rule: "limits.header",
 			reason: "the request headers exceed the proxy's limit of " + strconv.Itoa(p.opts.Limits.MaxHeaderBytes) + " bytes", class: "limit"})
 	}
 	t, f := p.resolveTarget(r, tun)
 	st.ev.Scheme, st.ev.Host, st.ev.Port, st.ev.Path = t.scheme, t.host, t.port, t.path
 	if r.URL != nil && r.URL.RawQuery != "" {
-		st.ev.Query = redactQuery(r.URL.RawQuery)
+		st.ev.Query = redact.Query(r.URL.RawQuery)
 	}
 	if f != nil {
 		return refuse(*f)
 	}
-	if !p.flight.acquire(id.ID, p.opts.Limits.MaxInFlightPerSandbox) {
+	if !st.acquire() {
 		return refuse(tooMany())
-	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			p.flight.release(id.ID)
-		}
 	}
 	defer func() {
 		if ctx.RoundTripper == nil {
-			release()
+			st.release() // not forwarded: every way here refused it already, which released it
 		}
 	}()
 
@@ -311,14 +258,14 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		p.log.Error("policy evaluation failed", "phase", "request", "sandbox", id.ID, "host", t.host, "err", err)
 		return refuse(policyUnavailable(err))
 	}
-	st.ev.Rule, st.ev.Reason, st.ev.Decision = dec.Rule, dec.Reason, string(dec.Action)
+	st.ev.Rule, st.ev.Reason, st.ev.Decision = dec.Rule, dec.Reason, event.Decision(dec.Action)
 	var creds []string
 	switch {
 	case dec.Denies():
 		if !p.opts.ReportOnly {
 			return refuse(denied(dec))
 		}
-		st.ev.Decision = "would_deny"
+		st.ev.Decision = event.DecisionWouldDeny
 		p.log.Warn("report-only: letting a denied request through", "sandbox", id.ID, "method", r.Method, "host", t.host, "path", t.path, "rule", dec.Rule)
 	case dec.NeedsApproval():
 		var conn net.Conn
@@ -338,7 +285,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	st.creds = creds
 	st.reflects, st.upgrade = dec.MayReflect(), dec.Upgrade
 	st.ev.Creds = creds
-	ctx.RoundTripper = &upstream{p: p, st: st, release: release}
+	ctx.RoundTripper = &upstream{p: p, st: st}
 	return r, nil
 }
 
@@ -348,7 +295,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 // the target and the Host header is replaced (RFC 9112 §3.2.2).
 func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
 	bad := func(reason string) (target, *refusal) {
-		return target{}, &refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol", reason: reason, class: "bad_request"}
+		return target{}, &refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol", reason: reason, class: "bad_request"}
 	}
 	if r.URL == nil {
 		return bad("request has no URL")
@@ -374,7 +321,7 @@ func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
 			return bad("Host header is not a valid host: " + err.Error())
 		}
 		if h != tun.host || port != tun.port && hasExplicitPort(hostHeader) {
-			return target{scheme: t.scheme, host: h, port: port}, &refusal{status: http.StatusMisdirectedRequest, decision: "deny", rule: "protocol.host_mismatch",
+			return target{scheme: t.scheme, host: h, port: port}, &refusal{status: http.StatusMisdirectedRequest, decision: event.DecisionDeny, rule: "protocol.host_mismatch",
 				reason: "the Host header (" + h + ") does not name the CONNECT target (" + tun.host + "); send requests for another host through their own CONNECT", class: "bad_request"}
 		}
 		t.host, t.port = tun.host, tun.port
@@ -387,7 +334,7 @@ func (p *Proxy) resolveTarget(r *http.Request, tun *tunnel) (target, *refusal) {
 	}
 	rt, err := parseTarget(r)
 	if err != nil {
-		return target{scheme: t.scheme, host: t.host, port: t.port}, &refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol", reason: err.Error(), class: "bad_request"}
+		return target{scheme: t.scheme, host: t.host, port: t.port}, &refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol", reason: err.Error(), class: "bad_request"}
 	}
 	t.path, t.query = rt.path, rt.query
 	// What is dialled and sent is exactly what the policy sees.
@@ -419,37 +366,4 @@ func headerBytes(r *http.Request) int {
 func hasExplicitPort(hostport string) bool {
 	_, p, err := splitHostPortRaw(hostport)
 	return err == nil && p != ""
-}
-
-func (p *Proxy) finishRefusal(ctx context.Context, st *reqState, f refusal) {
-	st.ev.Status = f.status
-	if st.ev.Decision == "" || f.decision != "deny" || st.ev.Decision == "allow" || st.ev.Decision == "approve" {
-		st.ev.Decision = f.decision
-	}
-	if f.rule != "" {
-		st.ev.Rule = f.rule
-	}
-	st.ev.Reason = f.reason
-	st.ev.ErrorClass = f.class
-	p.finish(ctx, st)
-}
-
-// finish records the request's last audit record (its completion, or its only record) and
-// ends its span. The error is the record's: it refuses an intercepted CONNECT.
-func (p *Proxy) finish(ctx context.Context, st *reqState) error {
-	if st.done {
-		return nil
-	}
-	st.done = true
-	p.countRedactions(ctx, st)
-	st.ev.Time = st.start.UTC()
-	st.ev.DurationMS = float64(time.Since(st.start).Microseconds()) / 1000
-	st.end(&st.ev)
-	if p.opts.Auditor != nil {
-		if err := p.opts.Auditor.Record(ctx, st.ev); err != nil {
-			p.log.Error("audit record failed", "err", err, "sandbox", st.ev.SandboxID)
-			return err
-		}
-	}
-	return nil
 }

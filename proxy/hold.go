@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/approval"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/rego"
 )
 
@@ -25,7 +26,7 @@ import (
 // while held ends the approval as disconnected (nothing is sent).
 func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.Conn) *refusal {
 	if p.opts.Approver == nil {
-		return &refusal{status: http.StatusServiceUnavailable, decision: "error", rule: dec.Rule,
+		return &refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: dec.Rule,
 			reason: "this request needs approval (" + dec.Reason + ") but no approver is configured, so it is refused", class: "approval"}
 	}
 	sandbox := st.id.ID
@@ -78,13 +79,13 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 		done("approval_" + state)
 	}
 	if errors.Is(err, approval.ErrClosed) {
-		return &refusal{status: http.StatusServiceUnavailable, decision: "error", rule: dec.Rule,
+		return &refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: dec.Rule,
 			reason: "airlock is restarting; approval " + res.ID + " stays pending: retry the same request after it is decided", class: "approval",
 			extra: http.Header{"X-Airlock-Approval-Id": {res.ID}, "Retry-After": {"30"}}}
 	}
 	var le *approval.LimitError
 	if errors.As(err, &le) {
-		f := &refusal{status: le.Status, decision: "deny", rule: le.Rule, reason: le.Reason, class: "limit"}
+		f := &refusal{status: le.Status, decision: event.DecisionDeny, rule: le.Rule, reason: le.Reason, class: "limit"}
 		if le.RetryAfter > 0 {
 			f.extra = http.Header{"Retry-After": {strconv.Itoa(int(max(le.RetryAfter/time.Second, 1)))}}
 		}
@@ -92,7 +93,7 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 	}
 	if err != nil {
 		p.log.Error("approval failed", "sandbox", sandbox, "err", err)
-		return &refusal{status: http.StatusServiceUnavailable, decision: "error", rule: dec.Rule,
+		return &refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: dec.Rule,
 			reason: "the approval could not be obtained (approval store unavailable), so the request is refused", class: "approval"}
 	}
 	if !res.Approved() {
@@ -112,7 +113,7 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 // class and text say who ended it.
 func notApproved(res approval.Result, dec rego.Decision) *refusal {
 	h := http.Header{"X-Airlock-Approval-Id": {res.ID}, "X-Airlock-Approval-State": {string(res.State)}}
-	f := &refusal{status: http.StatusForbidden, decision: "deny", rule: dec.Rule, class: "approval_" + string(res.State), extra: h}
+	f := &refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: dec.Rule, class: "approval_" + string(res.State), extra: h}
 	said := ""
 	if res.Comment != "" {
 		said = ": " + res.Comment
@@ -145,7 +146,7 @@ func (p *Proxy) readHeld(r *http.Request, sandbox string, dec rego.Decision, res
 		return nil, nil
 	}
 	max := p.opts.Limits.MaxBodyBytes
-	tooLarge := &refusal{status: http.StatusRequestEntityTooLarge, decision: "deny", rule: "limits.body",
+	tooLarge := &refusal{status: http.StatusRequestEntityTooLarge, decision: event.DecisionDeny, rule: "limits.body",
 		reason: "a request held for approval may carry at most " + strconv.FormatInt(max, 10) + " bytes of body", class: "limit"}
 	if r.ContentLength > max {
 		return nil, tooLarge
@@ -183,7 +184,7 @@ func (p *Proxy) readHeld(r *http.Request, sandbox string, dec rego.Decision, res
 			break
 		}
 		if err != nil {
-			return nil, &refusal{status: http.StatusBadRequest, decision: "error", rule: dec.Rule, reason: "could not read the request body: " + err.Error(), class: "bad_request"}
+			return nil, &refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: dec.Rule, reason: "could not read the request body: " + err.Error(), class: "bad_request"}
 		}
 	}
 	return buf.Bytes(), nil
@@ -207,15 +208,15 @@ func (p *Proxy) overBudget(v budgetVerdict, sandbox string, want int64) *refusal
 	retry := http.Header{"Retry-After": {"60"}}
 	switch v {
 	case budgetSandboxPending:
-		return &refusal{status: http.StatusTooManyRequests, decision: "deny", rule: "limits.held", class: "limit", extra: retry,
+		return &refusal{status: http.StatusTooManyRequests, decision: event.DecisionDeny, rule: "limits.held", class: "limit", extra: retry,
 			reason: "this sandbox already has " + strconv.Itoa(pending) + " requests waiting for approval, its limit (approvals.max_pending_per_sandbox); wait until some are decided before sending more"}
 	case budgetSandboxBytes:
-		return &refusal{status: http.StatusRequestEntityTooLarge, decision: "deny", rule: "limits.held_bytes", class: "limit", extra: retry,
+		return &refusal{status: http.StatusRequestEntityTooLarge, decision: event.DecisionDeny, rule: "limits.held_bytes", class: "limit", extra: retry,
 			reason: "this sandbox's requests waiting for approval already hold " + strconv.FormatInt(bytes, 10) + " bytes of body; " +
 				strconv.FormatInt(want, 10) + " more would pass its limit of " + strconv.FormatInt(l.MaxHeldBytesPerSandbox, 10) +
 				" bytes (approvals.max_held_bytes_per_sandbox); wait until some are decided, or send a smaller body"}
 	default:
-		return &refusal{status: http.StatusRequestEntityTooLarge, decision: "deny", rule: "limits.held_bytes_total", class: "limit", extra: retry,
+		return &refusal{status: http.StatusRequestEntityTooLarge, decision: event.DecisionDeny, rule: "limits.held_bytes_total", class: "limit", extra: retry,
 			reason: "airlock holds as many request bodies for approval as it may (approvals.max_held_bytes, " +
 				strconv.FormatInt(l.MaxHeldBytes, 10) + " bytes for all sandboxes); retry later"}
 	}
@@ -269,7 +270,7 @@ func (a *approvedRequest) verify(req *http.Request) *refusal {
 	if approval.RequestHash(req.Method, forwardedURL(req.URL), forwardedHeaders(req.Header), a.body) == a.hash {
 		return nil
 	}
-	return &refusal{status: http.StatusInternalServerError, decision: "error", rule: "approval.binding", class: "approval",
+	return &refusal{status: http.StatusInternalServerError, decision: event.DecisionError, rule: "approval.binding", class: "approval",
 		reason: "the request changed between its approval (" + a.id + ") and sending, so nothing was sent; this is a bug in airlock: tell the operator",
 		extra:  http.Header{"X-Airlock-Approval-Id": {a.id}}}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/ca"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/identity"
 )
 
@@ -296,10 +297,10 @@ func (p *Proxy) newGoproxy() *goproxy.ProxyHttpServer {
 	gp.ConnectDialWithReq = p.dialTunnel
 	gp.CertStore = nil
 	gp.NonproxyHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f := refusal{status: http.StatusBadRequest, decision: "error", rule: "protocol",
+		f := refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol",
 			reason: "this is an HTTP proxy: send absolute-form requests (GET http://host/path) or CONNECT host:port", class: "bad_request"}
 		id, _ := identityFrom(r.Context())
-		p.finishRefusal(r.Context(), p.begin(r.Context(), r, id, "request"), f)
+		p.begin(r.Context(), r, id, "request").refuse(r.Context(), f)
 		p.writeRefusal(w, r, f)
 	})
 	gp.ConnectionErrHandler = p.tunnelDialError

@@ -7,10 +7,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/airlock-proxy/airlock/audit"
 )
 
 // Nothing is forwarded without a record of its decision. The two ways out of the proxy
@@ -22,37 +18,10 @@ import (
 //
 // The record is the request's own (its own append result gates it, never the sink's
 // health), so an audit log that accepts small refusal records but not larger decision
-// records still lets nothing through. The completion record (p.finish) repeats the
+// records still lets nothing through. The completion record (reqState.finish) repeats the
 // request id once the exchange ends. An intercepted CONNECT forwards nothing itself: its
 // one record is written before the tunnel is accepted, and each request inside it is
 // recorded and gated on its own.
-
-// errAuditUnavailable refuses what could not be recorded.
-var errAuditUnavailable = errors.New("the audit log cannot be written")
-
-// recordDecision appends st's decision record. It returns nil when there is no audit log
-// (disabled by the operator) or the record was written as the sink promises (see
-// audit.Sink); the caller forwards only then.
-func (p *Proxy) recordDecision(st *reqState) error {
-	if st.recorded {
-		return nil
-	}
-	if p.opts.Auditor != nil {
-		ev := st.ev
-		ev.Stage = audit.StageDecision
-		ev.Time = st.start.UTC()
-		if sc := trace.SpanContextFromContext(st.ctx); sc.IsValid() {
-			ev.TraceID, ev.SpanID = sc.TraceID().String(), sc.SpanID().String()
-		}
-		if err := p.opts.Auditor.Record(st.ctx, ev); err != nil {
-			p.log.Error("audit decision record failed; not forwarding", "err", err, "sandbox", st.ev.SandboxID)
-			return errAuditUnavailable
-		}
-		st.ev.Stage = audit.StageCompletion
-	}
-	st.recorded = true
-	return nil
-}
 
 // tunnelStateKey carries a tunnel CONNECT's state from handleConnect to dialTunnel (goproxy
 // dials with the CONNECT request it gave handleConnect).
@@ -65,7 +34,7 @@ func (p *Proxy) dialTunnel(req *http.Request, network, addr string) (net.Conn, e
 	if !ok {
 		return nil, errors.New("tunnel without a policy decision") // never dialled
 	}
-	if err := p.recordDecision(st); err != nil {
+	if err := st.recordDecision(); err != nil {
 		return nil, err
 	}
 	c, err := p.guard.DialContext(req.Context(), network, addr)
@@ -76,7 +45,7 @@ func (p *Proxy) dialTunnel(req *http.Request, network, addr string) (net.Conn, e
 	tc.onClose = func() {
 		st.ev.Status = http.StatusOK
 		st.ev.BytesIn, st.ev.BytesOut = tc.out.Load(), tc.in.Load()
-		_ = p.finish(context.Background(), st)
+		_ = st.finish(context.Background())
 	}
 	return tc, nil
 }

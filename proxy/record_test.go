@@ -265,7 +265,7 @@ func TestDecisionRecordedBeforeForwardCompletionAfter(t *testing.T) {
 		var decAt, compAt int
 		for i := range evs {
 			ev := &evs[i]
-			if ev.Kind != tc.kind || ev.Decision != tc.decision || (tc.kind == "request" && !strings.HasSuffix(tc.url, ev.Path)) {
+			if string(ev.Kind) != tc.kind || string(ev.Decision) != tc.decision || (tc.kind == "request" && !strings.HasSuffix(tc.url, ev.Path)) {
 				continue
 			}
 			switch ev.Stage {
@@ -342,7 +342,7 @@ func TestSignedLogOfForwardedRequestsVerifies(t *testing.T) {
 	for sc.Scan() {
 		var ev audit.Event
 		json.Unmarshal(sc.Bytes(), &ev)
-		stages[string(ev.Stage)+"/"+ev.Kind]++
+		stages[string(ev.Stage)+"/"+string(ev.Kind)]++
 	}
 	if stages["decision/request"] != 4 || stages["completion/request"] != 4 || stages["/request"] != 4 {
 		t.Errorf("got records %v, want 4 decisions, 4 completions, 4 single refusal records", stages)

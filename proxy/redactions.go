@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // redactions counts, per sandbox and credential, how many times the scrubber redacted the
@@ -65,7 +66,7 @@ func (p *Proxy) redactionLimit(st *reqState) *refusal {
 	if c == "" {
 		return nil
 	}
-	return &refusal{status: http.StatusForbidden, decision: "deny", rule: "limits.redactions", class: "redaction_limit",
+	return &refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: "limits.redactions", class: "redaction_limit",
 		reason: fmt.Sprintf("airlock has redacted the credential %s from this sandbox's responses %d times (limit %d): an upstream that keeps echoing it could be used to test guesses at it, "+
 			"so this sandbox may no longer use it; ask the operator (if the destination never echoes it, its rule should say \"reflects\": false)",
 			c, n, p.opts.Limits.MaxRedactionsPerCredential)}
@@ -85,8 +86,8 @@ func (p *Proxy) countRedactions(ctx context.Context, st *reqState) {
 		if p.opts.Auditor == nil {
 			continue
 		}
-		ev := audit.Event{Time: time.Now().UTC(), ID: audit.NewID(), RequestID: st.ev.RequestID, Kind: "credential.withheld",
-			SandboxID: st.id.ID, Labels: st.id.Labels, Host: st.ev.Host, Decision: "deny", Rule: "limits.redactions",
+		ev := audit.Event{Time: time.Now().UTC(), ID: audit.NewID(), RequestID: st.ev.RequestID, Kind: event.KindCredentialWithheld,
+			SandboxID: st.id.ID, Labels: st.id.Labels, Host: st.ev.Host, Decision: event.DecisionDeny, Rule: "limits.redactions",
 			Reason: reason, Creds: []string{c}, Redactions: st.ev.Redactions}
 		if err := p.opts.Auditor.Record(ctx, ev); err != nil {
 			p.log.Error("audit record failed", "err", err, "sandbox", st.id.ID)

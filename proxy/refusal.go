@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-proxy/airlock/internal/event"
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // refusal is every answer the proxy gives instead of the upstream's, mapped to a status in
@@ -15,7 +18,7 @@ import (
 // rule, why, and what to do.
 type refusal struct {
 	status   int
-	decision string // deny, error, would_deny...
+	decision event.Decision // deny or error
 	rule     string
 	reason   string
 	class    string // error class for audit and metrics: policy, identity, dial_guard, upstream...
@@ -27,13 +30,13 @@ type refusal struct {
 // (Vault, approval store, audit sink) unavailable.
 
 type refusalBody struct {
-	Error    string `json:"error"`
-	Status   int    `json:"status"`
-	Decision string `json:"decision"`
-	Rule     string `json:"rule,omitempty"`
-	Reason   string `json:"reason"`
-	Method   string `json:"method,omitempty"`
-	URL      string `json:"url,omitempty"`
+	Error    string         `json:"error"`
+	Status   int            `json:"status"`
+	Decision event.Decision `json:"decision"`
+	Rule     string         `json:"rule,omitempty"`
+	Reason   string         `json:"reason"`
+	Method   string         `json:"method,omitempty"`
+	URL      string         `json:"url,omitempty"`
 }
 
 func (f refusal) body(r *http.Request) (contentType string, b []byte) {
@@ -70,7 +73,7 @@ func (f refusal) header() http.Header {
 	for k, v := range f.extra {
 		h[k] = v
 	}
-	h.Set("X-Airlock-Decision", f.decision)
+	h.Set("X-Airlock-Decision", string(f.decision))
 	if f.rule != "" {
 		h.Set("X-Airlock-Rule", headerSafe(f.rule))
 	}
@@ -139,18 +142,7 @@ func redactedURL(r *http.Request) string {
 	u := *r.URL
 	u.User = nil
 	if u.RawQuery != "" {
-		u.RawQuery = redactQuery(u.RawQuery)
+		u.RawQuery = redact.Query(u.RawQuery)
 	}
 	return u.String()
-}
-
-// redactQuery keeps query keys and replaces every value.
-func redactQuery(raw string) string {
-	parts := strings.Split(raw, "&")
-	for i, kv := range parts {
-		if k, _, ok := strings.Cut(kv, "="); ok {
-			parts[i] = k + "=[redacted]"
-		}
-	}
-	return strings.Join(parts, "&")
 }

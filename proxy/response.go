@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/secrets"
 )
 
@@ -24,7 +25,7 @@ import (
 // (Range).
 func (st *reqState) withCredentials(req *http.Request) *refusal {
 	if up := req.Header.Get("Upgrade"); up != "" && (!st.upgrade || st.reflects) {
-		return &refusal{status: http.StatusForbidden, decision: "deny", rule: st.ev.Rule, class: "policy",
+		return &refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: st.ev.Rule, class: "policy",
 			reason: fmt.Sprintf("this request asks to switch protocols (Upgrade: %s) and carries credentials (%s); "+
 				"an upgraded connection is not an HTTP response airlock can check as a whole, so the rule %s must declare \"upgrade\": true and \"reflects\": false "+
 				"(the destination never echoes the credentials) to allow it; ask the operator",
@@ -65,7 +66,7 @@ func (st *reqState) guardResponse(req *http.Request, resp *http.Response, scrub 
 	if errors.As(err, &ue) {
 		what = ue.What
 	}
-	return &refusal{status: http.StatusBadGateway, decision: "error", rule: st.ev.Rule, class: "uninspectable",
+	return &refusal{status: http.StatusBadGateway, decision: event.DecisionError, rule: st.ev.Rule, class: "uninspectable",
 		reason: fmt.Sprintf("the upstream answered with %s, which airlock cannot check for the credentials it attached (%s), so the response is withheld; "+
 			"ask for it without that encoding, or, if this destination never echoes credentials, the rule %s must declare \"reflects\": false (ask the operator)",
 			what, strings.Join(st.creds, ", "), st.ev.Rule)}
@@ -78,7 +79,7 @@ func (st *reqState) guardUpgrade(req *http.Request, resp *http.Response, scrub s
 		if resp.Body != nil {
 			_ = resp.Body.Close()
 		}
-		return &refusal{status: http.StatusBadGateway, decision: "error", rule: st.ev.Rule, class: "uninspectable", reason: reason}
+		return &refusal{status: http.StatusBadGateway, decision: event.DecisionError, rule: st.ev.Rule, class: "uninspectable", reason: reason}
 	}
 	if !st.upgrade || st.reflects || req.Header.Get("Upgrade") == "" {
 		return refuse("the upstream switched protocols (101) on a request that carries credentials and was not allowed to upgrade; the connection is closed")

@@ -6,9 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
-	"time"
 
-	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/identity"
 )
 
@@ -61,6 +60,8 @@ func (p *Proxy) connState(li *listenerInfo, c *idleConn, s http.ConnState) {
 	}
 }
 
+// recordServerRefusal records a request the HTTP server refused itself, through the same
+// owner as every other refusal.
 func (p *Proxy) recordServerRefusal(li *listenerInfo, status int, timedOut bool) {
 	if p.opts.Auditor == nil {
 		return
@@ -69,26 +70,18 @@ func (p *Proxy) recordServerRefusal(li *listenerInfo, status int, timedOut bool)
 	if li != nil && li.bound != nil {
 		id = *li.bound
 	}
-	ev := audit.Event{
-		Time: time.Now().UTC(), Kind: "request", SandboxID: id.ID, Labels: id.Labels, Phase: "request",
-		Decision: "error", Rule: "protocol", Status: status, ErrorClass: "bad_request",
-	}
+	f := refusal{status: status, decision: event.DecisionError, rule: "protocol", class: "bad_request"}
 	switch {
 	case status == http.StatusRequestHeaderFieldsTooLarge:
-		ev.Rule, ev.ErrorClass = "limits.header", "limit"
-		ev.Reason = "the request headers exceed the proxy's limit; nothing was sent"
+		f.rule, f.class = "limits.header", "limit"
+		f.reason = "the request headers exceed the proxy's limit; nothing was sent"
 	case status != 0:
-		ev.Reason = "the request was malformed (" + strconv.Itoa(status) + " " + http.StatusText(status) + ") and refused before it was read; nothing was sent"
+		f.reason = "the request was malformed (" + strconv.Itoa(status) + " " + http.StatusText(status) + ") and refused before it was read; nothing was sent"
 	case timedOut:
-		ev.Status, ev.Rule, ev.ErrorClass = http.StatusRequestTimeout, "limits.timeout", "timeout"
-		ev.Reason = "the request was not complete within the read timeout; the connection was closed and nothing was sent"
+		f.status, f.rule, f.class = http.StatusRequestTimeout, "limits.timeout", "timeout"
+		f.reason = "the request was not complete within the read timeout; the connection was closed and nothing was sent"
 	default:
-		ev.Reason = "the client closed the connection before a complete request was read; nothing was sent"
+		f.reason = "the client closed the connection before a complete request was read; nothing was sent"
 	}
-	if p.opts.PolicyRevision != nil {
-		ev.PolicyRev = p.opts.PolicyRevision()
-	}
-	if err := p.opts.Auditor.Record(context.Background(), ev); err != nil {
-		p.log.Error("audit record failed", "err", err, "sandbox", ev.SandboxID)
-	}
+	p.beginUnread(id).refuse(context.Background(), f)
 }

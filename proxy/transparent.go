@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/identity"
 )
 
@@ -105,11 +106,11 @@ func (p *Proxy) serveTransparent(ctx context.Context, c net.Conn, id identity.Id
 	refuse := func(f refusal, host string) {
 		req.Host, req.URL.Host = host, host
 		r := req.WithContext(withIdentity(base, id))
-		p.finishRefusal(r.Context(), p.begin(r.Context(), r, id, "connect"), f)
+		p.begin(r.Context(), r, id, "connect").refuse(r.Context(), f)
 		tc.Close()
 	}
 	if err != nil {
-		refuse(refusal{status: http.StatusBadRequest, decision: "error", rule: "transparent.destination",
+		refuse(refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "transparent.destination",
 			reason: "airlock could not tell where this connection was going", class: "bad_request"}, "")
 		return
 	}
@@ -119,13 +120,13 @@ func (p *Proxy) serveTransparent(ctx context.Context, c net.Conn, id identity.Id
 	switch {
 	case addr.IsLoopback() || addr.IsUnspecified():
 		// Only a client dialling the transparent listener itself gets here.
-		refuse(refusal{status: http.StatusForbidden, decision: "deny", rule: "transparent.destination",
+		refuse(refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: "transparent.destination",
 			reason: "the transparent listener is not a destination", class: "bad_request"}, orig.String())
 		return
 	case fakeRange.Contains(addr):
 		name, ok := names.name(addr)
 		if !ok {
-			refuse(refusal{status: http.StatusForbidden, decision: "deny", rule: "transparent.destination",
+			refuse(refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: "transparent.destination",
 				reason: "this address was not given out by airlock's DNS in this sandbox (an old answer?); resolve the name again",
 				class:  "bad_request"}, orig.String())
 			return
@@ -156,7 +157,7 @@ func (p *Proxy) transparentClassify(ctx context.Context) *refusal {
 	case kindTLS, kindHTTP:
 		return nil
 	}
-	return &refusal{status: http.StatusForbidden, decision: "deny", rule: "transparent.protocol",
+	return &refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: "transparent.protocol",
 		reason: "only TLS and HTTP are inspected on a transparent connection; other protocols need a connect decision with tunnel: true",
 		class:  "policy"}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/secrets"
 )
 
@@ -24,12 +25,10 @@ func newTransport(g *Guard, opts Options) (*http.Transport, error) {
 	if err != nil || roots == nil {
 		roots = x509.NewCertPool()
 	}
-	if opts.UpstreamCAs != nil {
-		// x509.CertPool cannot be merged; the caller's pool is used as extra roots through
-		// VerifyConnection below.
-	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}
 	if extra := opts.UpstreamCAs; extra != nil {
+		// x509.CertPool cannot be merged: the caller's pool is extra roots, through
+		// VerifyConnection.
 		cfg.InsecureSkipVerify = true // verification is done by VerifyConnection, against both pools
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 			return verifyWithPools(cs, roots, extra)
@@ -109,19 +108,17 @@ func removeHopHeaders(h http.Header) {
 
 // upstream sends one allowed request: credentials, dial guard, round trip, scrubbing, record.
 type upstream struct {
-	p       *Proxy
-	st      *reqState
-	release func()
+	p  *Proxy
+	st *reqState
 }
 
 func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Response, error) {
 	p, st := u.p, u.st
 	fail := func(f refusal) (*http.Response, error) {
-		u.release()
-		p.finishRefusal(req.Context(), st, f)
+		st.refuse(req.Context(), f)
 		return f.response(req), nil
 	}
-	if err := p.recordDecision(st); err != nil {
+	if err := st.recordDecision(); err != nil {
 		return fail(auditUnavailable()) // nothing is sent unless its decision is on record
 	}
 	removeHopHeaders(req.Header)
@@ -140,7 +137,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 			return fail(*f)
 		}
 		if p.opts.Credentials == nil {
-			return fail(refusal{status: http.StatusServiceUnavailable, decision: "error", rule: st.ev.Rule,
+			return fail(refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: st.ev.Rule,
 				reason: "the policy names credentials " + strings.Join(st.creds, ", ") + " but no credential source is configured", class: "credential"})
 		}
 		cctx, done := p.opts.Telemetry.Step(st.ctx, "credentials", "", nil)
@@ -154,7 +151,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 				status = hs.HTTPStatus()
 			}
 			p.log.Error("credential attach failed", "sandbox", st.id.ID, "credentials", st.creds, "err", err)
-			return fail(refusal{status: status, decision: "error", rule: st.ev.Rule, reason: err.Error(), class: "credential"})
+			return fail(refusal{status: status, decision: event.DecisionError, rule: st.ev.Rule, reason: err.Error(), class: "credential"})
 		}
 		done("")
 		st.scrub = scrub
@@ -187,12 +184,10 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The body is the upgraded connection and must stay an io.ReadWriter.
-		u.release()
-		p.finish(req.Context(), st)
+		st.finish(req.Context())
 		return resp, nil
 	}
 	resp.Body = &recordingBody{ReadCloser: resp.Body, onClose: func(n int64, cut string) {
-		u.release()
 		st.ev.BytesOut = n
 		if cut != "" {
 			// The status line went out: the stream is cut instead, which the client sees as a
@@ -200,7 +195,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 			st.ev.ErrorClass = "uninspectable"
 			st.ev.Reason = "the response was cut: the upstream sent " + cut + ", which airlock cannot check for the credentials it attached"
 		}
-		p.finish(context.Background(), st)
+		st.finish(context.Background())
 	}}
 	return resp, nil
 }
@@ -209,17 +204,17 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 func upstreamError(err error) refusal {
 	var de *DialDeniedError
 	if errors.As(err, &de) {
-		return refusal{status: http.StatusForbidden, decision: "deny", rule: "dial_guard",
+		return refusal{status: http.StatusForbidden, decision: event.DecisionDeny, rule: "dial_guard",
 			reason: de.Error() + "; airlock never dials such addresses (an operator can allow a range with --allow-private)", class: "dial_guard"}
 	}
 	var re *ResolveError
 	if errors.As(err, &re) {
-		return refusal{status: http.StatusBadGateway, decision: "error", rule: "upstream",
+		return refusal{status: http.StatusBadGateway, decision: event.DecisionError, rule: "upstream",
 			reason: "could not resolve " + re.Host, class: "dns"}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
-		return refusal{status: http.StatusGatewayTimeout, decision: "error", rule: "upstream",
+		return refusal{status: http.StatusGatewayTimeout, decision: event.DecisionError, rule: "upstream",
 			reason: "the upstream did not answer in time", class: "upstream_timeout"}
 	}
 	msg := err.Error()
@@ -227,7 +222,7 @@ func upstreamError(err error) refusal {
 	if errors.As(err, &ue) {
 		msg = ue.Err.Error()
 	}
-	return refusal{status: http.StatusBadGateway, decision: "error", rule: "upstream",
+	return refusal{status: http.StatusBadGateway, decision: event.DecisionError, rule: "upstream",
 		reason: "the upstream could not be reached: " + msg, class: "upstream"}
 }
 
@@ -243,7 +238,7 @@ func (p *Proxy) tunnelDialError(w io.Writer, ctx *goproxy.ProxyCtx, err error) {
 		st = p.begin(ctx.Req.Context(), ctx.Req, id, "connect")
 		st.ev.Host = ctx.Req.URL.Hostname()
 	}
-	p.finishRefusal(ctx.Req.Context(), st, f)
+	st.refuse(ctx.Req.Context(), f)
 	writeRawRefusal(w, ctx.Req, f)
 }
 

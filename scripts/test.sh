@@ -87,7 +87,7 @@ fuzz_targets=(
 	"FuzzParse ./internal/jsondoc"
 	"FuzzScrub ./secrets"
 	"FuzzScrubResponse ./secrets"
-	"FuzzRedactQuery ./audit"
+	"FuzzQuery ./internal/redact"
 	"FuzzVerifySigned ./audit"
 	"FuzzEventJSON ./audit"
 	"FuzzParseInputJSON ./rego"

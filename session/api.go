@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/airlock-proxy/airlock/internal/jsonapi"
 	"github.com/airlock-proxy/airlock/sandbox"
 )
 
@@ -85,14 +86,14 @@ const maxSpecBody = 256 << 10
 //	GET    /v1/sandboxes/{id}/changes | patch | report
 func (m *Manager) Routes(r chi.Router) {
 	r.Post("/v1/sandboxes", m.handleCreate)
-	r.Get("/v1/sandboxes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, m.List()) })
+	r.Get("/v1/sandboxes", func(w http.ResponseWriter, _ *http.Request) { jsonapi.Write(w, http.StatusOK, m.List()) })
 	r.Get("/v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		info, err := m.Info(chi.URLParam(r, "id"))
 		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, info)
+		jsonapi.Write(w, http.StatusOK, info)
 	})
 	r.Delete("/v1/sandboxes/{id}", func(w http.ResponseWriter, r *http.Request) {
 		rep, err := m.Delete(r.Context(), chi.URLParam(r, "id"))
@@ -100,7 +101,7 @@ func (m *Manager) Routes(r chi.Router) {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, rep)
+		jsonapi.Write(w, http.StatusOK, rep)
 	})
 	r.Post("/v1/sandboxes/{id}/exec", m.handleExec)
 	r.Get("/v1/sandboxes/{id}/exec", m.handleExecWS)
@@ -110,7 +111,7 @@ func (m *Manager) Routes(r chi.Router) {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		jsonapi.Write(w, http.StatusOK, res)
 	})
 	r.Put("/v1/sandboxes/{id}/files", m.handlePut)
 	r.Get("/v1/sandboxes/{id}/files", func(w http.ResponseWriter, r *http.Request) {
@@ -145,7 +146,7 @@ func (m *Manager) Routes(r chi.Router) {
 		if ch == nil {
 			ch = []sandbox.Change{}
 		}
-		writeJSON(w, http.StatusOK, ch)
+		jsonapi.Write(w, http.StatusOK, ch)
 	})
 	r.Get("/v1/sandboxes/{id}/patch", func(w http.ResponseWriter, r *http.Request) {
 		s, err := m.Get(chi.URLParam(r, "id"))
@@ -175,7 +176,7 @@ func (m *Manager) Routes(r chi.Router) {
 			writeErr(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, rep)
+		jsonapi.Write(w, http.StatusOK, rep)
 	})
 }
 
@@ -195,7 +196,7 @@ func (m *Manager) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, info)
+	jsonapi.Write(w, http.StatusCreated, info)
 }
 
 func (m *Manager) handlePut(w http.ResponseWriter, r *http.Request) {
@@ -308,16 +309,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	if status >= 500 {
 		body.Error = "internal error: " + truncate(err.Error(), 300)
 	}
-	writeJSON(w, status, body)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	jsonapi.Write(w, status, body)
 }
 
 func truncate(s string, n int) string {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
 )
@@ -62,20 +63,20 @@ type ExecRequest struct {
 
 // ExecResult is the last frame of an exec, and what GET .../execs/{exec_id} returns.
 type ExecResult struct {
-	ExecID      string    `json:"exec_id"`
-	Argv        []string  `json:"argv"`
-	State       string    `json:"state"` // running, done
-	ExitCode    int       `json:"exit_code"`
-	Signal      string    `json:"signal,omitempty"`
-	DurationMS  float64   `json:"duration_ms"`
-	TimedOut    bool      `json:"timed_out"`
-	StdoutBytes int64     `json:"stdout_bytes"`
-	StderrBytes int64     `json:"stderr_bytes"`
-	Decision    string    `json:"decision,omitempty"` // the exec phase's action
-	Rule        string    `json:"rule,omitempty"`
-	ApprovalID  string    `json:"approval_id,omitempty"`
-	Error       string    `json:"error,omitempty"` // why the command did not run or was cut short
-	Started     time.Time `json:"started"`
+	ExecID      string         `json:"exec_id"`
+	Argv        []string       `json:"argv"`
+	State       string         `json:"state"` // running, done
+	ExitCode    int            `json:"exit_code"`
+	Signal      string         `json:"signal,omitempty"`
+	DurationMS  float64        `json:"duration_ms"`
+	TimedOut    bool           `json:"timed_out"`
+	StdoutBytes int64          `json:"stdout_bytes"`
+	StderrBytes int64          `json:"stderr_bytes"`
+	Decision    event.Decision `json:"decision,omitempty"` // the exec phase's action, or approved
+	Rule        string         `json:"rule,omitempty"`
+	ApprovalID  string         `json:"approval_id,omitempty"`
+	Error       string         `json:"error,omitempty"` // why the command did not run or was cut short
+	Started     time.Time      `json:"started"`
 }
 
 // ExitRefused is the status of a command the policy or an approver refused (as a shell
@@ -149,7 +150,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, eio Exec
 	}
 	final := s.run(ctx, req, timeout, execStdio{eio.Stdin, tty}, out, res)
 	final.StdoutBytes, final.StderrBytes = out.counts()
-	span.SetAttributes(attribute.Int("process.exit.code", final.ExitCode), attribute.String("airlock.decision", final.Decision),
+	span.SetAttributes(attribute.Int("process.exit.code", final.ExitCode), attribute.String("airlock.decision", string(final.Decision)),
 		attribute.Int64("airlock.exec.output_bytes", final.StdoutBytes+final.StderrBytes), attribute.Bool("airlock.exec.timed_out", final.TimedOut))
 	if final.Rule != "" {
 		span.SetAttributes(attribute.String("airlock.rule", final.Rule))
@@ -203,7 +204,7 @@ func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duratio
 				Reason: "airlock could not evaluate its policy for this command; retry later"}
 		}
 	}
-	r.Decision, r.Rule = string(dec.Action), dec.Rule
+	r.Decision, r.Rule = event.Decision(dec.Action), dec.Rule
 	refuse := func(msg string) ExecResult {
 		if sio.tty != nil {
 			// A terminal's output is one stream, and a client's terminal is in raw mode.
@@ -233,7 +234,7 @@ func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duratio
 		if !hr.Approved() {
 			return refuse(fmt.Sprintf("command %s (rule %s): %s", hr.State, dec.Rule, dec.Reason))
 		}
-		r.Decision = "approved"
+		r.Decision = event.DecisionApproved
 	case !dec.Allows():
 		return refuse(fmt.Sprintf("command refused by policy rule %s: %s", dec.Rule, dec.Reason))
 	}
@@ -307,12 +308,12 @@ func (m *Manager) audit(ctx context.Context, s *Session, r ExecResult, req ExecR
 	if m.opts.Auditor == nil {
 		return
 	}
-	ev := audit.Event{Time: time.Now().UTC(), ID: audit.NewID(), Kind: "sandbox.exec", SandboxID: s.id, ExecID: r.ExecID,
+	ev := audit.Event{Time: time.Now().UTC(), ID: audit.NewID(), Kind: event.KindSandboxExec, SandboxID: s.id, ExecID: r.ExecID,
 		Labels: s.spec.Labels, Phase: string(rego.PhaseExec), Decision: r.Decision, Rule: r.Rule,
 		Command: req.Argv, Path: req.Cwd, ApprovalID: r.ApprovalID, Status: r.ExitCode,
 		BytesIn: r.StdoutBytes + r.StderrBytes, DurationMS: r.DurationMS}
 	if ev.Decision == "" {
-		ev.Decision = "error"
+		ev.Decision = event.DecisionError
 	}
 	switch {
 	case r.TimedOut:

@@ -3,13 +3,15 @@ package telemetry
 import (
 	"log/slog"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // RequestFacts is what the proxy knows about one request when it is done. Field names
 // match audit.Event so the two are mapped one to one; like it, it holds no secret value
 // (credentials by name, no headers, no query).
 type RequestFacts struct {
-	Kind       string // "request" or "connect"
+	Kind       event.Kind // request or connect
 	SandboxID  string
 	ExecID     string // the session command the request came from, when known
 	Method     string
@@ -18,7 +20,7 @@ type RequestFacts struct {
 	Port       int
 	Path       string
 	Phase      string
-	Decision   string // allow, deny, approve, would_deny, error
+	Decision   event.Decision
 	Rule       string
 	Reason     string
 	PolicyRev  string
@@ -38,7 +40,7 @@ func (f RequestFacts) LogValue() slog.Value {
 	attrs := []slog.Attr{
 		slog.String("sandbox", f.SandboxID), slog.String("method", f.Method),
 		slog.String("host", f.Host), slog.Int("port", f.Port), slog.String("path", f.Path),
-		slog.String("decision", f.Decision), slog.String("rule", f.Rule), slog.Int("status", f.Status),
+		slog.String("decision", string(f.Decision)), slog.String("rule", f.Rule), slog.Int("status", f.Status),
 		slog.Float64("duration_ms", float64(f.Duration)/float64(time.Millisecond)),
 	}
 	if len(f.Creds) > 0 {
@@ -53,13 +55,15 @@ func (f RequestFacts) LogValue() slog.Value {
 	return slog.GroupValue(attrs...)
 }
 
-// decisionLabel bounds the decision attribute to the known values.
-func decisionLabel(d string) string {
+// decisionLabel bounds the decision attribute to the known values: each event.Decision is
+// its own label, no decision counts as a deny, and anything else is "other".
+func decisionLabel(d event.Decision) string {
 	switch d {
-	case "allow", "deny", "approve", "would_deny", "error":
-		return d
+	case event.DecisionAllow, event.DecisionDeny, event.DecisionApprove, event.DecisionApproved,
+		event.DecisionWouldDeny, event.DecisionError, event.DecisionTunnel, event.DecisionLifecycle:
+		return string(d)
 	case "":
-		return "deny"
+		return string(event.DecisionDeny)
 	}
 	return "other"
 }

@@ -8,6 +8,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // Instrument names. Prometheus sees them with dots as underscores, counters with _total and
@@ -114,7 +116,7 @@ func (m *Metrics) RequestDone(ctx context.Context, f RequestFacts) {
 	if f.Redactions > 0 {
 		m.redactions.Add(ctx, f.Redactions, metric.WithAttributes(attribute.String("rule", f.Rule)))
 	}
-	if dec == "deny" || dec == "would_deny" {
+	if dec == string(event.DecisionDeny) || dec == string(event.DecisionWouldDeny) {
 		m.denied.Add(ctx, 1, metric.WithAttributes(
 			attribute.String("server.address", m.hostLabel(f.SandboxID, f.Host)), attribute.String("rule", f.Rule)))
 	}

@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // Span attribute keys beyond the HTTP semantic conventions.
@@ -135,10 +137,10 @@ func RequestAttributes(f RequestFacts) []attribute.KeyValue {
 }
 
 // EndRequestSpan sets the outcome attributes and ends the span. The status is Error for
-// decision "error", an error class, or a 5xx; a deny is a normal outcome.
+// decision error, an error class, or a 5xx; a deny is a normal outcome.
 func EndRequestSpan(span trace.Span, f RequestFacts) {
 	span.SetAttributes(RequestAttributes(f)...)
-	if f.Decision == "error" || f.ErrorClass != "" || f.Status >= 500 {
+	if f.Decision == event.DecisionError || f.ErrorClass != "" || f.Status >= 500 {
 		desc := f.ErrorClass
 		if desc == "" {
 			desc = "request failed"

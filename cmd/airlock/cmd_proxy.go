@@ -172,10 +172,7 @@ func (s *stack) adminHandler() http.Handler {
 				if s.audit == nil {
 					return nil
 				}
-				if h, ok := any(s.audit).(interface{ Healthy() error }); ok {
-					return h.Healthy()
-				}
-				return nil
+				return s.audit.Healthy()
 			},
 		},
 		PolicyStatus: func() any { return s.engine.Status() },

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/hostfile"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/internal/termsafe"
@@ -334,7 +335,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	o.Logger = log
 	o.PolicyRevision = s.engine.Revision()
 	o.OnEvent = func(ctx context.Context, kind string, fields map[string]any) {
-		ev := audit.Event{Kind: kind, Decision: "lifecycle", PolicyRev: s.engine.Revision()}
+		ev := audit.Event{Kind: event.Kind(kind), Decision: event.DecisionLifecycle, PolicyRev: s.engine.Revision()}
 		if id, ok := fields["sandbox"].(string); ok {
 			ev.SandboxID = id
 		}

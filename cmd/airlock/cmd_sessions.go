@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/session"
 )
@@ -71,7 +72,7 @@ func (s *stack) sessionRoutes(m *session.Manager) func(chi.Router) {
 
 // lifecycleEvent records a sandbox's lifecycle event in the audit log.
 func (s *stack) lifecycleEvent(ctx context.Context, kind string, fields map[string]any) {
-	ev := audit.Event{Kind: kind, Decision: "lifecycle", PolicyRev: s.engine.Revision()}
+	ev := audit.Event{Kind: event.Kind(kind), Decision: event.DecisionLifecycle, PolicyRev: s.engine.Revision()}
 	if id, ok := fields["sandbox"].(string); ok {
 		ev.SandboxID = id
 	}

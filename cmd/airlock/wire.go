@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/bearer"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/redact"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
@@ -379,12 +380,12 @@ func (f *auditFanout) Record(ctx context.Context, ev audit.Event) error {
 	f.mu.RUnlock()
 	// An allowed CONNECT is followed by its requests, which are counted themselves; a
 	// forwarded request is counted once, by its completion record.
-	if fn != nil && !(ev.Kind == "connect" && ev.Decision == "allow") && ev.Stage != audit.StageDecision {
+	if fn != nil && !(ev.Kind == event.KindConnect && ev.Decision == event.DecisionAllow) && ev.Stage != audit.StageDecision {
 		d := ev.Decision
-		if d == "approve" && ev.Approver != "" && ev.Status > 0 && ev.Status < 400 {
-			d = "approved"
+		if d == event.DecisionApprove && ev.Approver != "" && ev.Status > 0 && ev.Status < 400 {
+			d = event.DecisionApproved
 		}
-		fn(d, ev.Host)
+		fn(string(d), ev.Host)
 	}
 	if f.sink == nil {
 		return nil

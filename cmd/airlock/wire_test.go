@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
 // TestProxyStackRecordsEveryDecision wires the proxy as `airlock proxy` does, from a config
@@ -144,7 +145,7 @@ decision := {"action": "allow", "rule": "t.allow"} if input.request.path == "/ok
 			t.Fatal(err)
 		}
 		switch {
-		case ev.Kind == audit.KindRefusalsSuppressed:
+		case ev.Kind == event.KindRefusalsSuppressed:
 			suppressed += ev.Suppressed
 		case audit.IsRefusal(ev):
 			single++

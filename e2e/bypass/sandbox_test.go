@@ -283,7 +283,7 @@ func checkTargetAudit(t *testing.T, e *env, from, status int, rule string) {
 			if ev.Kind != "request" {
 				continue
 			}
-			if ev.Status == status && ev.Rule == rule && ev.Decision == decision {
+			if ev.Status == status && ev.Rule == rule && string(ev.Decision) == decision {
 				return
 			}
 			got = append(got, fmt.Sprintf("%d %s %s", ev.Status, ev.Rule, ev.Decision))

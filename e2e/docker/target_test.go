@@ -146,7 +146,7 @@ func TestRequestTargetsFromAContainer(t *testing.T) {
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				found := false
 				for _, ev := range rec.Since(nev) {
-					found = found || ev.Kind == "request" && ev.Status == tt.status && ev.Rule == tt.rule && ev.Decision == decision
+					found = found || ev.Kind == "request" && ev.Status == tt.status && ev.Rule == tt.rule && string(ev.Decision) == decision
 				}
 				if found {
 					break

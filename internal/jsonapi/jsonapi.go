@@ -1,6 +1,7 @@
-// Package jsonapi is the client side of airlock's admin API: a JSON request with a bearer
-// token, a JSON answer, and the API's {"error": "..."} refusals as a status and a message.
-// approval.Client and admin.Client are built on it.
+// Package jsonapi is both sides of airlock's JSON APIs (admin, approvals, sessions). The
+// server side writes an answer (Write) and a refusal as {"error": "..."} (Error); the client
+// side sends a JSON request with a bearer token and reads the answer, or the refusal as a
+// status and a message (Do). The admin, approval and session servers and clients use it.
 package jsonapi
 
 import (
@@ -73,4 +74,19 @@ func Do(ctx context.Context, hc *http.Client, base, token, method, path string, 
 		return fmt.Errorf("%s: decode answer: %w", base, err)
 	}
 	return nil
+}
+
+// Write answers v as indented JSON with status; the answer is never cached.
+func Write(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// Error answers a refusal, {"error": msg}, with status; Do reads it back as a *StatusError.
+func Error(w http.ResponseWriter, status int, msg string) {
+	Write(w, status, map[string]string{"error": msg})
 }

@@ -58,3 +58,32 @@ func TestDo(t *testing.T) {
 		t.Error("the error holds the token")
 	}
 }
+
+// What Write and Error answer is what Do reads: the value, or the refusal's status and text.
+func TestWriteAndErrorRoundTrip(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/refuse" {
+			Error(w, http.StatusConflict, "already decided")
+			return
+		}
+		Write(w, http.StatusCreated, map[string]string{"id": "apr-1"})
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	var out struct{ ID string }
+	if err := Do(ctx, nil, srv.URL, "", http.MethodGet, "/ok", nil, &out, 1<<10); err != nil || out.ID != "apr-1" {
+		t.Errorf("Write: got %+v, %v; want id apr-1", out, err)
+	}
+	var se *StatusError
+	if err := Do(ctx, nil, srv.URL, "", http.MethodGet, "/refuse", nil, &out, 1<<10); !errors.As(err, &se) || se.Status != http.StatusConflict || se.Message != "already decided" {
+		t.Errorf("Error: got %v, want a 409 StatusError saying already decided", err)
+	}
+	resp, err := http.Get(srv.URL + "/ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ct, cc := resp.Header.Get("Content-Type"), resp.Header.Get("Cache-Control"); ct != "application/json" || cc != "no-store" {
+		t.Errorf("headers: Content-Type %q Cache-Control %q, want application/json and no-store", ct, cc)
+	}
+}

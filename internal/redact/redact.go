@@ -45,7 +45,7 @@ func URL(raw string) string {
 	b.WriteString(u.EscapedPath())
 	if u.ForceQuery || u.RawQuery != "" {
 		b.WriteByte('?')
-		b.WriteString(query(u.RawQuery))
+		b.WriteString(Query(u.RawQuery))
 	}
 	if u.Fragment != "" || u.RawFragment != "" {
 		b.WriteString("#" + Redacted)
@@ -53,27 +53,45 @@ func URL(raw string) string {
 	return b.String()
 }
 
-// query keeps the names of a raw query and redacts every value; a parameter without "="
-// is redacted whole (some APIs take a bare token).
-func query(raw string) string {
+// Query keeps the keys of a raw URL query and replaces every value with [redacted]:
+// "a=1&b=x&c" becomes "a=[redacted]&b=[redacted]&[redacted]". A parameter without "=" is
+// redacted whole, since some APIs put a bare token there; empty parameters are dropped.
+// Keys are re-escaped, so the result never contains a raw control character. Query is
+// idempotent. The audit log, the proxy's refusals and URL all redact queries with it.
+func Query(raw string) string {
+	if raw == "" {
+		return ""
+	}
 	var b strings.Builder
-	for i, part := range strings.Split(raw, "&") {
-		if i > 0 {
-			b.WriteByte('&')
-		}
+	for part := range strings.SplitSeq(raw, "&") {
 		if part == "" {
 			continue
 		}
-		name, _, ok := strings.Cut(part, "=")
-		if !ok {
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		key, _, hasValue := strings.Cut(part, "=")
+		if !hasValue {
 			b.WriteString(Redacted)
 			continue
 		}
-		b.WriteString(name)
+		if k, err := url.QueryUnescape(key); err == nil {
+			key = k
+		}
+		b.WriteString(escapeKey(key))
 		b.WriteByte('=')
 		b.WriteString(Redacted)
 	}
 	return b.String()
+}
+
+// escapeKey escapes like url.QueryEscape but leaves the brackets of "[redacted]" readable
+// and keeps the result stable when it is redacted again.
+func escapeKey(k string) string {
+	if k == Redacted {
+		return k
+	}
+	return url.QueryEscape(k)
 }
 
 // credentialWords end the names of parameters that hold credentials (a user name too: a

@@ -18,7 +18,7 @@ func TestURL(t *testing.T) {
 		{"https://CANARY@github.com/org/repo.git", "https://[redacted]@github.com/org/repo.git"},
 		{"https://bundles.example/b.tar.gz?access_token=CANARY&ref=main", "https://bundles.example/b.tar.gz?access_token=[redacted]&ref=[redacted]"},
 		{"https://h.example/p?CANARY", "https://h.example/p?[redacted]"},
-		{"https://h.example/p?a=1&&b", "https://h.example/p?a=[redacted]&&[redacted]"},
+		{"https://h.example/p?a=1&&b", "https://h.example/p?a=[redacted]&[redacted]"}, // an empty parameter is dropped
 		{"https://h.example/p#CANARY", "https://h.example/p#[redacted]"},
 		{"postgres://airlock:CANARY@db.svc:5432/airlock?sslmode=verify-full", "postgres://[redacted]@db.svc:5432/airlock?sslmode=[redacted]"},
 		{"http://[::1]:9090/x?sig=CANARY", "http://[::1]:9090/x?sig=[redacted]"},
