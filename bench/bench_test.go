@@ -114,9 +114,13 @@ func TestLoadDirect(t *testing.T) {
 		{"https 64k", urlFor("https", up.HTTPSAddr, "/64k"), LargeBody, ""},
 		{"credential missing", urlFor("http", up.HTTPAddr, "/cred/small"), SmallBody, "401"},
 		{"wrong length", urlFor("http", up.HTTPAddr, "/small"), 7, "want 7"},
+		{"post json", urlFor("http", up.HTTPAddr, "/post"), SmallBody, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := Load{URL: tc.url, RootCAs: up.RootCAs(), Concurrency: 2, Warmup: 10 * time.Millisecond, Duration: 100 * time.Millisecond, BodyBytes: tc.body}
+			if strings.HasPrefix(tc.name, "post") {
+				l.Request = MCPToolCall
+			}
 			res, err := l.Run(ctx, nil, nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -170,6 +174,43 @@ func TestShippedPolicyWithBenchUpstream(t *testing.T) {
 				t.Errorf("decision = %s %v (rule %s), want %s %v", d.Action, d.Credentials, d.Rule, tc.want, tc.wantCreds)
 			}
 		})
+	}
+}
+
+// The body-aware bench policy reads the bodies of POST /mcp only, allows read tools there,
+// and allows everything else without reading its body.
+func TestBodyAwareBenchPolicy(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeBodyAwarePolicy(dir); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !eng.BodyAware("127.0.0.1", "/mcp") || eng.BodyAware("127.0.0.1", "/post") {
+		t.Errorf("body-aware: /mcp %v, /post %v; want true, false", eng.BodyAware("127.0.0.1", "/mcp"), eng.BodyAware("127.0.0.1", "/post"))
+	}
+	call := func(path, tool string) *rego.Input {
+		in := &rego.Input{Version: 1, Phase: rego.PhaseRequest, Sandbox: rego.SandboxInput{ID: "default"},
+			Request: rego.RequestInput{Method: "POST", Scheme: "http", Host: "127.0.0.1", Port: 8080, Path: path}}
+		if tool != "" {
+			in.Request.MCP = &rego.MCPInput{Method: "tools/call", Tool: tool}
+		}
+		return in
+	}
+	for _, tc := range []struct {
+		in   *rego.Input
+		want rego.Action
+	}{
+		{call("/mcp", "search_issues"), rego.ActionAllow},
+		{call("/mcp", "update_issue"), rego.ActionDeny},
+		{call("/mcp", ""), rego.ActionDeny},
+		{call("/post", ""), rego.ActionAllow},
+	} {
+		if d, err := eng.Decide(context.Background(), tc.in); err != nil || d.Action != tc.want {
+			t.Errorf("%s %+v: %s (%s, %v), want %s", tc.in.Request.Path, tc.in.Request.MCP, d.Action, d.Rule, err, tc.want)
+		}
 	}
 }
 

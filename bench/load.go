@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,8 @@ type Load struct {
 	Duration    time.Duration
 	// BodyBytes, if positive, is the body length every response must have.
 	BodyBytes int64
+	// Request, if set, is POSTed as application/json with every request (otherwise GET).
+	Request string
 }
 
 // LoadResult is what one Load measured.
@@ -72,9 +75,16 @@ func (l Load) Run(ctx context.Context, onStart, onStop func()) (*LoadResult, err
 	}
 	client := NewClient(l.Proxy, l.RootCAs, l.Concurrency)
 	defer client.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.URL, nil)
+	method := http.MethodGet
+	if l.Request != "" {
+		method = http.MethodPost
+	}
+	req, err := http.NewRequestWithContext(ctx, method, l.URL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
+	}
+	if l.Request != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	// One request first, so that a broken path fails fast with its reason.
 	if err := l.once(client, req); err != nil {
@@ -143,6 +153,10 @@ func (l Load) Run(ctx context.Context, onStart, onStop func()) (*LoadResult, err
 }
 
 func (l Load) once(c *http.Client, req *http.Request) error {
+	if l.Request != "" {
+		req.Body = io.NopCloser(strings.NewReader(l.Request))
+		req.ContentLength = int64(len(l.Request))
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ const (
 	PeerGoproxy         = "goproxy"
 	PeerAirlockAllowAll = "airlock-allow-all"
 	PeerAirlockPolicy   = "airlock-policy"
+	PeerAirlockBody     = "airlock-body-aware" // reads the bodies of POST /mcp (data.body_aware)
 	PeerSmokescreen     = "smokescreen"
 	PeerSquid           = "squid"
 )
@@ -71,7 +72,7 @@ func startPeer(ctx context.Context, kind string, e peerEnv) (*Process, error) {
 			return nil, fmt.Errorf("goproxy CA: %w", err)
 		}
 		return p, nil
-	case PeerAirlockAllowAll, PeerAirlockPolicy:
+	case PeerAirlockAllowAll, PeerAirlockPolicy, PeerAirlockBody:
 		return startAirlock(ctx, kind, addr, e)
 	case PeerSmokescreen:
 		if e.tools.Smokescreen == "" {
@@ -101,9 +102,12 @@ func startAirlock(ctx context.Context, kind, addr string, e peerEnv) (*Process, 
 	}
 	policy := filepath.Join(e.dir, "policy")
 	var creds string
-	if kind == PeerAirlockAllowAll {
+	switch kind {
+	case PeerAirlockAllowAll:
 		err = writeAllowAllPolicy(policy)
-	} else {
+	case PeerAirlockBody:
+		err = writeBodyAwarePolicy(policy)
+	default:
 		ports := []int{portOf(e.upstream.HTTPAddr), portOf(e.upstream.HTTPSAddr)}
 		err = writeShippedPolicy(policy, "127.0.0.1", ports)
 		creds = `credentials:

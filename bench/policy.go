@@ -53,6 +53,36 @@ allow contains {
 }
 `
 
+// bodyAwarePolicy reads the bodies of POSTs to /mcp on the bench upstream (bodyAwareData)
+// and allows its read tools by name, as the shipped mcp.rego does; any other request is
+// allowed without its body being read.
+const bodyAwarePolicy = `package airlock
+
+default decision := {"action": "deny", "rule": "bench.deny", "reason": "not a read tool"}
+
+decision := {"action": "allow", "rule": "bench.other", "reason": "not body-aware", "credentials": [], "tunnel": false} if input.request.path != "/mcp"
+
+decision := {"action": "allow", "rule": "bench.mcp-read", "reason": "a read tool", "credentials": [], "tunnel": false} if {
+	input.phase == "request"
+	input.request.path == "/mcp"
+	input.request.mcp.method == "tools/call"
+	input.request.mcp.tool in {"search_issues", "get_issue"}
+}
+`
+
+const bodyAwareData = `{"body_aware": {"127.0.0.1": ["/mcp"]}}`
+
+// writeBodyAwarePolicy writes the body-aware policy and its data into dir.
+func writeBodyAwarePolicy(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("policy dir: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "body_aware.rego"), []byte(bodyAwarePolicy), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "data.json"), []byte(bodyAwareData), 0o644)
+}
+
 // writeAllowAllPolicy writes the allow-all policy into dir.
 func writeAllowAllPolicy(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -1,11 +1,15 @@
 package bench
 
+import "strings"
+
 // Workload is what the load client asks for.
 type Workload struct {
 	ID     string // http-small, http-64k, https-small
 	Scheme string
 	Path   string
 	Body   int64
+	// Request, if set, is a JSON body POSTed with every request (otherwise each is a GET).
+	Request string
 }
 
 // Workloads measured.
@@ -13,7 +17,15 @@ var (
 	HTTPSmall  = Workload{ID: "http-small", Scheme: "http", Path: "/small", Body: SmallBody}
 	HTTPLarge  = Workload{ID: "http-64k", Scheme: "http", Path: "/64k", Body: LargeBody}
 	HTTPSSmall = Workload{ID: "https-small", Scheme: "https", Path: "/small", Body: SmallBody}
+	// MCPCall and PostJSON POST the same ~1 KiB MCP tools/call: to a path the policy reads
+	// bodies on (data.body_aware) and to one it does not.
+	MCPCall  = Workload{ID: "mcp-1k", Scheme: "http", Path: "/mcp", Body: SmallBody, Request: MCPToolCall}
+	PostJSON = Workload{ID: "post-1k", Scheme: "http", Path: "/post", Body: SmallBody, Request: MCPToolCall}
 )
+
+// MCPToolCall is a ~1 KiB MCP tools/call of a read tool.
+var MCPToolCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_issues","arguments":{"repo":"acme/app","query":"is:open label:bug sort:updated-desc","fields":["title","state","labels","assignees","comments"],"limit":50,"note":"` +
+	strings.Repeat("lorem ipsum dolor sit amet ", 32) + `"}}}`
 
 // Row is one line of the table: a path (peer) under one workload.
 type Row struct {
@@ -52,5 +64,8 @@ func DefaultRows() []Row {
 		{Peer: PeerDirect, Workload: HTTPSSmall, Label: "direct (no proxy)"},
 		{Peer: PeerGoproxy, Workload: HTTPSSmall, Label: "plain goproxy, intercepting (baseline)"},
 		{Peer: PeerAirlockPolicy, Workload: HTTPSSmall, Label: "airlock intercepting, shipped policy + credential"},
+
+		{Peer: PeerAirlockBody, Workload: PostJSON, Label: "airlock, POST to a destination that is not body-aware"},
+		{Peer: PeerAirlockBody, Workload: MCPCall, Label: "airlock, body-aware MCP tools/call (decided on its tool)"},
 	}
 }

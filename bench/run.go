@@ -231,7 +231,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 // measure runs one load against row's process and reads the process's CPU and peak RSS.
 func measure(ctx context.Context, o Options, row Row, p *Process, up *Upstream, c int, during func()) (Sample, error) {
-	l := Load{Concurrency: c, Warmup: o.Warmup, Duration: o.Duration, BodyBytes: row.Workload.Body}
+	l := Load{Concurrency: c, Warmup: o.Warmup, Duration: o.Duration, BodyBytes: row.Workload.Body, Request: row.Workload.Request}
 	addr := up.HTTPAddr
 	var roots *x509.CertPool
 	if row.Workload.Scheme == "https" {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -90,6 +91,7 @@ func (u *Upstream) handler() http.Handler {
 	serve := func(b []byte, cred bool) http.HandlerFunc {
 		n := strconv.Itoa(len(b))
 		return func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
 			if cred && r.Header.Get("Authorization") != want {
 				http.Error(w, "no injected credential", http.StatusUnauthorized)
 				return
@@ -104,6 +106,8 @@ func (u *Upstream) handler() http.Handler {
 	mux.Handle("/64k", serve(large, false))
 	mux.Handle("/cred/small", serve(small, true))
 	mux.Handle("/cred/64k", serve(large, true))
+	mux.Handle("/mcp", serve(small, false))
+	mux.Handle("/post", serve(small, false))
 	return mux
 }
 

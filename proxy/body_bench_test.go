@@ -109,32 +109,55 @@ func BenchmarkBodyAware(b *testing.B) {
 	b.Run("body-aware/new-id", func(b *testing.B) { run(b, "mcp.test", true) })
 }
 
+// argsBenchPolicy decides on a tools/call's arguments, so that calls with other arguments
+// are evaluated afresh (decision-cache misses).
+const argsBenchPolicy = `package airlock
+
+default decision := {"action": "deny", "rule": "default.deny", "reason": "not allowed"}
+
+decision := {"action": "allow", "rule": "mcp.read-tool"} if {
+	input.request.host == "mcp.test"
+	input.request.mcp.tool in {"search_issues", "get_issue"}
+	input.request.mcp.arguments.repo == "acme/app"
+	input.request.mcp.arguments.limit <= 100000000
+}
+
+decision := {"action": "allow", "rule": "plain.post"} if input.request.host == "plain.test"
+`
+
 // BenchmarkBodyAwareDecision isolates what a body-aware request adds in the proxy: reading
 // and parsing the body, building the views and deciding on them, against deciding the same
 // request to a destination that is not body-aware (whose body is not read). Everything else
-// a request costs is the same for both.
+// a request costs is the same for both. "new-args" changes an argument on every call under
+// a policy that reads the arguments: every body-aware call is a full evaluation.
 func BenchmarkBodyAwareDecision(b *testing.B) {
-	dir := b.TempDir()
-	os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(bodyBenchPolicy), 0o600)
-	os.WriteFile(filepath.Join(dir, "data.json"), []byte(`{"body_aware": {"mcp.test": ["/mcp"]}}`), 0o600)
-	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
-	if err != nil {
-		b.Fatal(err)
+	proxyFor := func(b *testing.B, policy string) *Proxy {
+		dir := b.TempDir()
+		os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(policy), 0o600)
+		os.WriteFile(filepath.Join(dir, "data.json"), []byte(`{"body_aware": {"mcp.test": ["/mcp"]}}`), 0o600)
+		eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, _ := ca.New()
+		p, err := New(Options{Decider: eng, CA: c})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p
 	}
-	c, _ := ca.New()
-	p, err := New(Options{Decider: eng, CA: c})
-	if err != nil {
-		b.Fatal(err)
-	}
-	run := func(b *testing.B, host string, newID bool) {
+	run := func(b *testing.B, p *Proxy, host string, vary string) {
 		b.ReportAllocs()
 		body := toolCall(1)
 		i := 0
 		defer cpuPerOp(b)()
 		for b.Loop() {
 			i++
-			if newID {
+			switch vary {
+			case "new-id":
 				body = toolCall(i)
+			case "new-args":
+				body = bytes.Replace(toolCall(1), []byte(`"limit":50`), fmt.Appendf(nil, `"limit":%d`, i), 1)
 			}
 			r, _ := http.NewRequest(http.MethodPost, "http://"+host+"/mcp", bytes.NewReader(body))
 			r.Header.Set("Content-Type", "application/json")
@@ -153,10 +176,13 @@ func BenchmarkBodyAwareDecision(b *testing.B) {
 			}
 		}
 	}
-	b.Run("not-body-aware/same", func(b *testing.B) { run(b, "plain.test", false) })
-	b.Run("not-body-aware/new-id", func(b *testing.B) { run(b, "plain.test", true) })
-	b.Run("body-aware/same", func(b *testing.B) { run(b, "mcp.test", false) })
-	b.Run("body-aware/new-id", func(b *testing.B) { run(b, "mcp.test", true) })
+	tool, args := proxyFor(b, bodyBenchPolicy), proxyFor(b, argsBenchPolicy)
+	for _, vary := range []string{"same", "new-id"} {
+		b.Run("not-body-aware/"+vary, func(b *testing.B) { run(b, tool, "plain.test", vary) })
+		b.Run("body-aware/"+vary, func(b *testing.B) { run(b, tool, "mcp.test", vary) })
+	}
+	b.Run("not-body-aware/new-args", func(b *testing.B) { run(b, args, "plain.test", "new-args") })
+	b.Run("body-aware/new-args", func(b *testing.B) { run(b, args, "mcp.test", "new-args") })
 }
 
 // cpuPerOp reports the process's CPU time (user and system) per operation as cpu-us/op:

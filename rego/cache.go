@@ -21,7 +21,9 @@ const maxCached = 4096
 // is not cached.
 //
 // The key is the SHA-256 of a canonical, length-prefixed encoding of every input field the
-// policy can read (the query only when the policy refers to it, as inputValue builds it). The
+// policy can read (the query, body, MCP arguments and id only when the policy refers to them,
+// as inputValue builds it): MCP calls that differ only in their JSON-RPC id share an entry
+// when the policy never reads the id. The
 // encoding is injective: two inputs share a key only if the policy would see the same
 // document, or SHA-256 collides. TestCacheKeyCoversEveryInputField fails when a field is
 // added to the input document but not to the key.
@@ -109,11 +111,18 @@ func canonicalInput(b []byte, in *Input, use inputUse) []byte {
 	if m := r.MCP; m == nil {
 		b = append(b, 0)
 	} else {
+		var args, id *jsondoc.Value
+		if use.mcpArgs {
+			args = m.Arguments
+		}
+		if use.mcpID {
+			id = m.ID
+		}
 		b = append(b, 1)
 		b = appendString(b, m.Method)
 		b = appendString(b, m.Tool)
-		b = appendJSON(b, m.Arguments)
-		b = appendJSON(b, m.ID)
+		b = appendJSON(b, args)
+		b = appendJSON(b, id)
 	}
 	if g := r.GraphQL; g == nil {
 		b = append(b, 0)

@@ -93,3 +93,44 @@ decision := {"action": "allow", "rule": "q"} if input.request.query.service[0] =
 		}
 	}
 }
+
+// An MCP call's id and arguments are in the key only when the policy reads them: calls that
+// differ only in their id share one entry when it does not, and arguments still decide when
+// the policy reads them.
+func TestDecisionCacheKeysOnMCPFieldsWhenRead(t *testing.T) {
+	ctx := context.Background()
+	call := func(id, args string) *Input {
+		return &Input{Version: 1, Phase: PhaseRequest, Sandbox: SandboxInput{ID: "s"},
+			Request: RequestInput{Method: "POST", Scheme: "https", Host: "mcp.example", Port: 443, Path: "/mcp",
+				MCP: &MCPInput{Method: "tools/call", Tool: "update_issue", ID: mustJSON(t, id), Arguments: mustJSON(t, args)}}}
+	}
+	calls := []struct{ id, args string }{{"1", `{"state":"open"}`}, {"2", `{"state":"open"}`}, {"3", `{"state":"closed"}`}, {"1", `{"state":"open"}`}}
+	for _, tc := range []struct {
+		rule, cond string
+		want       [4]string // the rule deciding each of calls
+		entries    int       // cache entries afterwards
+	}{
+		{"tool", `input.request.mcp.tool == "update_issue"`, [4]string{"tool", "tool", "tool", "tool"}, 1},
+		{"args", `input.request.mcp.arguments.state == "open"`, [4]string{"args", "args", "d", "args"}, 2},
+		{"id", `input.request.mcp.id == 1`, [4]string{"id", "d", "d", "id"}, 3},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFiles(t, dir, map[string]string{"p.rego": `package airlock
+default decision := {"action": "deny", "rule": "d"}
+decision := {"action": "allow", "rule": "` + tc.rule + `"} if ` + tc.cond})
+			e, err := New(ctx, Options{Dir: dir, Timeout: testTimeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range calls {
+				if d, err := e.Decide(ctx, call(c.id, c.args)); err != nil || d.Rule != tc.want[i] {
+					t.Fatalf("id %s arguments %s: rule %q (%v), want %q", c.id, c.args, d.Rule, err, tc.want[i])
+				}
+			}
+			if got := len(e.cur.Load().cache.m); got != tc.entries {
+				t.Errorf("%d cache entries, want %d", got, tc.entries)
+			}
+		})
+	}
+}

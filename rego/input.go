@@ -44,8 +44,8 @@ var (
 
 // inputValue builds the policy input as an AST value directly, without a JSON round trip. Its
 // shape is the JSON form of Input: scheme, path, query, headers, body, mcp and graphql are
-// left out when empty; labels is always an object. Query, headers and body are left out too
-// when the policy never reads them (use).
+// left out when empty; labels is always an object. Query, headers, body and an MCP call's
+// arguments and id are left out too when the policy never reads them (use).
 func inputValue(in *Input, use inputUse) ast.Value {
 	labels := ast.NewObjectWithCapacity(len(in.Sandbox.Labels))
 	for k, v := range in.Sandbox.Labels {
@@ -92,10 +92,10 @@ func inputValue(in *Input, use inputUse) ast.Value {
 		if m.Tool != "" {
 			obj.Insert(keyTool, ast.StringTerm(m.Tool))
 		}
-		if m.Arguments != nil && m.Arguments.Kind != 0 {
+		if use.mcpArgs && m.Arguments != nil && m.Arguments.Kind != 0 {
 			obj.Insert(keyArgs, jsonTerm(m.Arguments))
 		}
-		if m.ID != nil && m.ID.Kind != 0 {
+		if use.mcpID && m.ID != nil && m.ID.Kind != 0 {
 			obj.Insert(keyID, jsonTerm(m.ID))
 		}
 		req.Insert(keyMCP, ast.NewTerm(obj))

@@ -130,6 +130,15 @@ func TestInputUse(t *testing.T) {
 		{"variable key", `some k; input.request[k] == "x"`, useAll},
 		{"body", `input.request.body.params.name == "x"`, inputUse{body: true}},
 		{"mcp view only", `input.request.mcp.tool == "x"`, inputUse{}},
+		{"mcp exists", `input.request.mcp`, inputUse{}},
+		{"mcp absent", `not input.request.mcp`, inputUse{}},
+		{"mcp arguments", `input.request.mcp.arguments.state == "closed"`, inputUse{mcpArgs: true}},
+		{"mcp id", `input.request.mcp.id == 7`, inputUse{mcpID: true}},
+		{"mcp variable key", `some k; input.request.mcp[k] == 7`, inputUse{mcpArgs: true, mcpID: true}},
+		{"mcp object bound", `m := input.request.mcp; m.id == 7`, inputUse{mcpArgs: true, mcpID: true}},
+		{"mcp object passed", `count(input.request.mcp) > 2`, inputUse{mcpArgs: true, mcpID: true}},
+		{"mcp object compared", `input.request.mcp == {"method": "ping"}`, inputUse{mcpArgs: true, mcpID: true}},
+		{"mcp under a variable key", `some k; input[k].mcp == {}`, inputUse{mcpArgs: true, mcpID: true}},
 		{"variable top key", `some k; input[k].headers`, inputUse{headers: true}},
 		{"sandbox only", `input.sandbox.labels.x == "y"`, inputUse{}},
 	} {
@@ -149,6 +158,15 @@ func TestInputUse(t *testing.T) {
 	c.Compile(map[string]*ast.Module{"p.rego": ast.MustParseModule("package airlock\n\nimport input.request as r\n\ndecision := {\"action\": \"allow\"} if r.headers.a\n")})
 	if got := inputUseOf(c); !got.headers {
 		t.Errorf("import input.request: got %+v, want headers used", got)
+	}
+	// The shipped rules decide MCP calls on the method and tool: arguments and id stay out of
+	// their input, so calls that differ only in their JSON-RPC id share a cache entry.
+	e, err := New(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.cur.Load().use; got.mcpArgs || got.mcpID || got.body {
+		t.Errorf("shipped policy: got %+v, want neither body, mcp arguments nor mcp id read", got)
 	}
 }
 

@@ -109,5 +109,7 @@ for t in "${fuzz_targets[@]}"; do
 	# testdata/fuzz.
 	go test -run '^$' -fuzz "^$1\$" -fuzztime 20000x "$2"
 done
+# The bypass suite's body differential target goes through the real proxy and an upstream.
+go test -tags e2e -run '^$' -fuzz '^FuzzBodyDifferential$' -fuzztime 20000x ./e2e/bypass/
 
 say "all suites passed"

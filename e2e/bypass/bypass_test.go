@@ -33,6 +33,8 @@ type attack struct {
 	rule, host, path string
 	port             int
 	noAudit          string // why this case leaves no audit event
+	// reason is what the refusal's body must say ("": not checked).
+	reason string
 	// upstream checks what the upstreams received; nil means: nothing at all.
 	upstream func(t *testing.T, e *env, got []seen)
 }
@@ -44,6 +46,7 @@ func TestBypass(t *testing.T) {
 	cases = append(cases, destinationCases(e)...)
 	cases = append(cases, protocolCases(e)...)
 	cases = append(cases, targetCases(e)...)
+	cases = append(cases, bodyCases(e)...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			nev, nseen := e.audit.Len(), e.seenLen()
@@ -55,6 +58,9 @@ func TestBypass(t *testing.T) {
 				if r := got.header.Get("X-Airlock-Rule"); r != "" && r != tc.rule {
 					t.Errorf("X-Airlock-Rule: got %q, want %q", r, tc.rule)
 				}
+			}
+			if tc.reason != "" && !strings.Contains(got.body, tc.reason) {
+				t.Errorf("the refusal %q does not say %q", got.body, tc.reason)
 			}
 			if tc.noAudit == "" {
 				checkAudit(t, e, nev, tc)

@@ -160,6 +160,7 @@ func (e *env) handler(server string) http.Handler {
 		e.record(seen{Server: server, Method: "WS", URI: c.Request().RequestURI, Host: c.Request().Host})
 		_, _ = io.Copy(c, c)
 	}))
+	mux.Handle("/mcp", e.mcpUpstream(server))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s := seen{Server: server, Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header.Clone(), Body: body, Trailer: r.Trailer}
@@ -189,7 +190,7 @@ const bigSize = 32 << 20
 
 // listenPair opens the same port on 127.0.0.2 and 127.0.0.1, so that a destination trick
 // that slipped past the dial guard would reach the internal service and show up.
-func listenPair(t *testing.T) (up, internal net.Listener) {
+func listenPair(t testing.TB) (up, internal net.Listener) {
 	t.Helper()
 	for i := 0; i < 50; i++ {
 		a, err := net.Listen("tcp", "127.0.0.2:0")
@@ -209,7 +210,7 @@ func listenPair(t *testing.T) (up, internal net.Listener) {
 
 type envOpt func(*proxy.Options)
 
-func newEnv(t *testing.T, opts ...envOpt) *env {
+func newEnv(t testing.TB, opts ...envOpt) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -248,7 +249,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	data := map[string]any{"bypass": map[string]any{
 		"ports":         []int{e.port, e.tlsPort},
 		"blocked_hosts": []string{"forbidden.test", e.homograph},
-	}}
+	}, "body_aware": bodyAware}
 	pdir := filepath.Join(dir, "policy")
 	if err := os.MkdirAll(pdir, 0o700); err != nil {
 		t.Fatal(err)
@@ -258,6 +259,9 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(pdir, "policy.rego"), []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "body.rego"), []byte(bodyPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	eng, err := rego.New(ctx, rego.Options{Dir: pdir})
@@ -289,9 +293,10 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 		UpstreamCAs:  roots,
 		Resolver:     res,
 		Limits: proxy.Limits{
-			MaxHeaderBytes:    16 << 10,
-			ReadHeaderTimeout: time.Second,
-			IdleTimeout:       2 * time.Second,
+			MaxHeaderBytes:     16 << 10,
+			MaxPolicyBodyBytes: maxPolicyBody,
+			ReadHeaderTimeout:  time.Second,
+			IdleTimeout:        2 * time.Second,
 		},
 	}
 	for _, f := range opts {

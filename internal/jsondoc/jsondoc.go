@@ -120,17 +120,19 @@ func Parse(b []byte, maxDepth int) (*Value, error) {
 		}
 		return nil, &SyntaxError{Offset: off, Msg: "the body is not valid UTF-8", Err: ErrInvalidUTF8}
 	}
-	p := parser{b: b, max: maxDepth, vals: make([]Value, 0, 32), keys: make([]string, 0, 32)}
+	sc := scratchPool.Get().(*scratch)
+	p := parser{b: b, max: maxDepth, vals: sc.vals[:0], keys: sc.keys[:0]}
 	p.skipSpace()
-	v := new(Value)
-	if err := p.value(v, 0); err != nil {
+	v, err := p.value(0)
+	sc.put(p.vals, p.keys)
+	if err != nil {
 		return nil, err
 	}
 	p.skipSpace()
 	if p.i != len(b) {
 		return nil, p.fail("unexpected data after the JSON value", nil)
 	}
-	return v, nil
+	return &v, nil
 }
 
 type parser struct {
@@ -158,36 +160,33 @@ func (p *parser) skipSpace() {
 	}
 }
 
-func (p *parser) value(v *Value, depth int) error {
+// value parses the value at p.i. Values are returned, not written through a pointer: a
+// pointer to a local passed down this recursion would move every member to the heap.
+func (p *parser) value(depth int) (Value, error) {
+	var v Value
 	if p.i >= len(p.b) {
-		return p.fail("unexpected end of input", nil)
+		return v, p.fail("unexpected end of input", nil)
 	}
 	start := p.i
+	var err error
 	switch c := p.b[p.i]; {
 	case c == '{':
 		if depth >= p.max {
-			return p.fail("nesting deeper than "+strconv.Itoa(p.max), ErrTooDeep)
+			return v, p.fail("nesting deeper than "+strconv.Itoa(p.max), ErrTooDeep)
 		}
-		if err := p.object(v, depth+1); err != nil {
-			return err
-		}
+		v.Kind = Object
+		v.Keys, v.Elems, err = p.object(depth + 1)
 	case c == '[':
 		if depth >= p.max {
-			return p.fail("nesting deeper than "+strconv.Itoa(p.max), ErrTooDeep)
+			return v, p.fail("nesting deeper than "+strconv.Itoa(p.max), ErrTooDeep)
 		}
-		if err := p.array(v, depth+1); err != nil {
-			return err
-		}
+		v.Kind = Array
+		v.Elems, err = p.array(depth + 1)
 	case c == '"':
-		s, err := p.str()
-		if err != nil {
-			return err
-		}
-		v.Kind, v.Str = String, s
+		v.Kind = String
+		v.Str, err = p.str()
 	case c == '-' || c >= '0' && c <= '9':
-		if err := p.number(); err != nil {
-			return err
-		}
+		err = p.number()
 		v.Kind, v.Str = Number, unsafe.String(unsafe.SliceData(p.b[start:]), p.i-start)
 	case p.lit("true"):
 		v.Kind, v.Str = Bool, "true"
@@ -196,10 +195,13 @@ func (p *parser) value(v *Value, depth int) error {
 	case p.lit("null"):
 		v.Kind = Null
 	default:
-		return p.fail(fmt.Sprintf("unexpected character %q", rune(c)), nil)
+		return v, p.fail(fmt.Sprintf("unexpected character %q", rune(c)), nil)
+	}
+	if err != nil {
+		return Value{}, err
 	}
 	v.Raw = p.b[start:p.i:p.i]
-	return nil
+	return v, nil
 }
 
 func (p *parser) lit(s string) bool {
@@ -210,25 +212,25 @@ func (p *parser) lit(s string) bool {
 	return false
 }
 
-func (p *parser) object(v *Value, depth int) error {
+// object parses an object's members after p.i (which is '{').
+func (p *parser) object(depth int) ([]string, []Value, error) {
 	p.i++ // {
-	v.Kind = Object
 	p.skipSpace()
 	if p.i < len(p.b) && p.b[p.i] == '}' {
 		p.i++
-		return nil
+		return nil, nil, nil
 	}
 	mark := len(p.vals)
 	var seen map[string]struct{} // for large objects: a linear scan would be quadratic
 	for {
 		p.skipSpace()
 		if p.i >= len(p.b) || p.b[p.i] != '"' {
-			return p.fail("expected a string as object key", nil)
+			return nil, nil, p.fail("expected a string as object key", nil)
 		}
 		keyAt := p.i
 		k, err := p.str()
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		dup := false
 		if members := p.keys[mark:]; seen == nil && len(members) < 16 {
@@ -246,70 +248,70 @@ func (p *parser) object(v *Value, depth int) error {
 			seen[k] = struct{}{}
 		}
 		if dup {
-			return &SyntaxError{Offset: keyAt, Msg: "duplicate object key " + strconv.Quote(k), Err: ErrDuplicateKey}
+			return nil, nil, &SyntaxError{Offset: keyAt, Msg: "duplicate object key " + strconv.Quote(k), Err: ErrDuplicateKey}
 		}
 		p.skipSpace()
 		if p.i >= len(p.b) || p.b[p.i] != ':' {
-			return p.fail("expected ':' after object key", nil)
+			return nil, nil, p.fail("expected ':' after object key", nil)
 		}
 		p.i++
 		p.skipSpace()
-		var m Value
-		if err := p.value(&m, depth); err != nil {
-			return err
+		m, err := p.value(depth)
+		if err != nil {
+			return nil, nil, err
 		}
 		p.keys = append(p.keys, k)
 		p.vals = append(p.vals, m)
 		p.skipSpace()
 		if p.i >= len(p.b) {
-			return p.fail("unexpected end of input in object", nil)
+			return nil, nil, p.fail("unexpected end of input in object", nil)
 		}
 		switch p.b[p.i] {
 		case ',':
 			p.i++
 		case '}':
 			p.i++
-			v.Keys = append([]string(nil), p.keys[mark:]...)
-			v.Elems = append([]Value(nil), p.vals[mark:]...)
+			keys := append([]string(nil), p.keys[mark:]...)
+			elems := append([]Value(nil), p.vals[mark:]...)
 			p.keys, p.vals = p.keys[:mark], p.vals[:mark]
-			return nil
+			return keys, elems, nil
 		default:
-			return p.fail("expected ',' or '}' in object", nil)
+			return nil, nil, p.fail("expected ',' or '}' in object", nil)
 		}
 	}
 }
 
-func (p *parser) array(v *Value, depth int) error {
+// array parses an array's elements after p.i (which is '[').
+func (p *parser) array(depth int) ([]Value, error) {
 	p.i++ // [
-	v.Kind = Array
 	p.skipSpace()
 	if p.i < len(p.b) && p.b[p.i] == ']' {
 		p.i++
-		return nil
+		return nil, nil
 	}
 	mark := len(p.vals)
 	for {
 		p.skipSpace()
-		var e Value
-		if err := p.value(&e, depth); err != nil {
-			return err
+		e, err := p.value(depth)
+		if err != nil {
+			return nil, err
 		}
 		p.vals = append(p.vals, e)
 		p.keys = append(p.keys, "") // keeps keys and vals the same length
 		p.skipSpace()
 		if p.i >= len(p.b) {
-			return p.fail("unexpected end of input in array", nil)
+			return nil, p.fail("unexpected end of input in array", nil)
 		}
 		switch p.b[p.i] {
 		case ',':
 			p.i++
 		case ']':
 			p.i++
-			v.Elems = append([]Value(nil), p.vals[mark:]...)
+			elems := append([]Value(nil), p.vals[mark:]...)
 			p.keys, p.vals = p.keys[:mark], p.vals[:mark]
-			return nil
+			return elems, nil
 		default:
-			return p.fail("expected ',' or ']' in array", nil)
+			return nil, p.fail("expected ',' or ']' in array", nil)
 		}
 	}
 }

@@ -140,3 +140,25 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Parses reuse the parser's member stacks: a document parsed earlier, or one whose parse
+// failed half way, must not see its values change when another is parsed.
+func TestParsesAreIndependent(t *testing.T) {
+	first, err := Parse([]byte(`{"a":[1,2,{"b":"c"}],"d":"e"}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(toAny(first))
+	if _, err := Parse([]byte(`{"x":[9,8,{"y":"z","y":1}]}`), 0); err == nil {
+		t.Fatal("duplicate key accepted")
+	}
+	big := "[" + strings.Repeat(`{"k":[1,2,3]},`, 300) + "0]"
+	for _, doc := range []string{big, `{"p":{"q":{"r":[true,false,null]}},"s":"t"}`} {
+		if _, err := Parse([]byte(doc), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := json.Marshal(toAny(first)); string(got) != string(want) {
+		t.Errorf("after other parses: got %s, want %s", got, want)
+	}
+}
