@@ -2,14 +2,6 @@ package sandbox
 
 import "net"
 
-// Paths inside every sandbox, whatever the backend: backends outside this package (Docker,
-// Kubernetes) mount the same places so that the environment New builds is right for them.
-const (
-	WorkspaceDir = workspaceDir // the workspace mount
-	HomeDir      = homeDir      // $HOME, a private tmpfs
-	CABundlePath = caBundlePath // the CA bundle the CA variables point at
-)
-
 // ListenInNetns opens the proxy listeners (127.0.0.1 and [::1], port ProxyPort) inside the
 // network namespace at nsPath (e.g. /proc/PID/ns/net of a container's process), bringing
 // its lo up first. The sockets stay in that namespace: a backend hands them to

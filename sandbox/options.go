@@ -92,7 +92,7 @@ type Options struct {
 
 	Logger  *slog.Logger // nil means discard
 	OnEvent EventFunc    // lifecycle events for audit; may be nil
-	Backend Backend      // nil means the native Linux backend
+	Backend Backend      // creates the sandbox (native, docker, kubernetes); required
 }
 
 // EventFunc receives lifecycle events: kind is "sandbox.start", "sandbox.run" or

@@ -82,7 +82,7 @@ func WorkspaceProtections(o Options) ([]Protection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
-	paths := o.protectedPaths()
+	paths := o.ProtectedPathsOrDefault()
 	s := &scan{root: root, ro: map[string]bool{}, gitDirs: map[string]bool{}, absent: map[string]bool{}, kept: map[string]bool{}, walked: map[string]bool{}}
 	for _, p := range paths {
 		rel, err := cleanRel(p)
@@ -98,8 +98,8 @@ func WorkspaceProtections(o Options) ([]Protection, error) {
 	return s.list(), nil
 }
 
-// protectedPaths are o.ProtectedPaths, or DefaultProtectedPaths when nil.
-func (o Options) protectedPaths() []string {
+// ProtectedPathsOrDefault are o.ProtectedPaths, or DefaultProtectedPaths when nil.
+func (o Options) ProtectedPathsOrDefault() []string {
 	if o.ProtectedPaths == nil {
 		return DefaultProtectedPaths
 	}

@@ -1,6 +1,10 @@
-// Package sandbox spawns disposable, bounded sandboxes whose only way out is airlock's
-// proxy. The native Linux backend (namespaces, cgroups, seccomp, Landlock; no daemon) is the
-// default. A process using it must call Init first in main.
+// Package sandbox is the backend-neutral API of disposable, bounded sandboxes whose only
+// way out is airlock's proxy: Options, the Backend and Instance a backend implements, and
+// Sandbox, which runs commands, keeps the run report and emits lifecycle events whatever
+// the backend. The backends are sibling packages (sandbox/native, sandbox/docker,
+// sandbox/kubernetes); the caller names one in Options.Backend. What several backends share
+// (listeners inside a network namespace, transparent egress, host uid ranges, workspace
+// protections) lives here too.
 package sandbox
 
 import (
@@ -13,7 +17,7 @@ import (
 	"time"
 )
 
-// Backend creates sandboxes of one kind (native Linux; Docker later).
+// Backend creates sandboxes of one kind: native.Native, docker.Backend, kubernetes.Backend.
 type Backend interface {
 	// Create builds and starts a sandbox for validated options; o.Proxy, when set, must be
 	// given the sandbox's listener with Identity{o.ID, o.Labels}.
@@ -54,12 +58,11 @@ func New(ctx context.Context, o Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	backend := o.Backend
-	if backend == nil {
-		backend = &Native{}
+	if o.Backend == nil {
+		return nil, errors.New("create sandbox: no backend (sandbox/native, sandbox/docker or sandbox/kubernetes)")
 	}
 	start := time.Now()
-	inst, err := backend.Create(ctx, o)
+	inst, err := o.Backend.Create(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox %s: %w", o.ID, err)
 	}
@@ -78,6 +81,10 @@ func (s *Sandbox) ID() string { return s.opts.ID }
 
 // Identity is what the proxy attributes this sandbox's requests to.
 func (s *Sandbox) Identity() Identity { return Identity{ID: s.opts.ID, Labels: s.opts.Labels} }
+
+// Instance is the backend's instance under s, for what only its backend knows (a native
+// sandbox's network namespace, for instance); run commands through s, not through it.
+func (s *Sandbox) Instance() Instance { return s.inst }
 
 // Env is the environment every command starts with (before Command.Env).
 func (s *Sandbox) Env() []string { return append([]string(nil), s.env...) }
@@ -109,9 +116,9 @@ func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
 		cmd.Timeout = s.opts.Timeout
 	}
 	if cmd.Dir == "" {
-		cmd.Dir = homeDir
+		cmd.Dir = HomeDir
 		if s.opts.Workspace != "" {
-			cmd.Dir = workspaceDir
+			cmd.Dir = WorkspaceDir
 		}
 	}
 	res, err := s.inst.Run(ctx, cmd)

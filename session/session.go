@@ -114,6 +114,8 @@ type Info struct {
 
 // Options configure a Manager. Base carries what the server decides for every sandbox
 // (proxy, CA bundle, revoker, hidden paths, events, logger); a Spec never overrides it.
+// Base.Backend is the backend of native specs (a *native.Native; sandboxes cannot be
+// created without one).
 type Options struct {
 	Base sandbox.Options
 	// Backend returns the backend for a spec's backend name and image; nil serves the

@@ -21,11 +21,12 @@ import (
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/session"
 )
 
 func TestMain(m *testing.M) {
-	sandbox.Init()
+	native.Init()
 	os.Exit(m.Run())
 }
 
@@ -107,7 +108,7 @@ func newEnv(t *testing.T, mod func(*session.Options)) *env {
 	e := &env{aud: &recorder{}, apr: &approver{state: approval.StateDenied}, dir: t.TempDir(), crd: session.NewCredentials()}
 	o := session.Options{
 		WorkspaceRoots: []string{os.TempDir()},
-		Base:           sandbox.Options{Backend: &sandbox.Native{StateDir: testState}},
+		Base:           sandbox.Options{Backend: &native.Native{StateDir: testState}},
 		Decider:        eng,
 		Approve:        e.apr,
 		Auditor:        e.aud,

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/session"
 )
 
@@ -117,7 +118,7 @@ func runMCP(cmd *cobra.Command, af *adminFlags, sf *specFlags, pf *proxyFlags, a
 		if err != nil {
 			return err
 		}
-		if err := (&sandbox.Native{}).Cleanup(ctx); err != nil {
+		if err := (&native.Native{}).Cleanup(ctx); err != nil {
 			return err
 		}
 		cfg.Log.Level = "warn"

@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/telemetry"
 )
 
@@ -298,10 +299,14 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		}
 		defer b.Close()
 		o.Backend = b
-	} else if err := (&sandbox.Native{}).Cleanup(ctx); errors.Is(err, sandbox.ErrNeedsRoot) {
-		return err
-	} else if err != nil {
-		return fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
+	} else {
+		n := &native.Native{}
+		if err := n.Cleanup(ctx); errors.Is(err, native.ErrNeedsRoot) {
+			return err
+		} else if err != nil {
+			return fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
+		}
+		o.Backend = n
 	}
 	log := newLogger(cfg, os.Stderr)
 	if cfg.Log.Level == "info" && !cmd.Flags().Changed("config") {

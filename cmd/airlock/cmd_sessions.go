@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/session"
 )
 
@@ -23,7 +24,7 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 		ProtectedPaths: cfg.Sandbox.ProtectedPaths, HiddenPaths: cfg.hiddenPaths(configFile(cmd)),
 		Nofile: int64(cfg.Sandbox.Nofile), Ptys: int64(cfg.Sandbox.Ptys), Inodes: int64(cfg.Sandbox.Inodes),
 		CABundle: caBundle(s.ca.CertPEM()), Proxy: s.proxy, Logger: s.log, PolicyRevision: s.engine.Revision(),
-		OnEvent: s.lifecycleEvent,
+		OnEvent: s.lifecycleEvent, Backend: &native.Native{},
 	}
 	if cfg.Sandbox.Memory != "" {
 		n, err := sandbox.ParseSize(cfg.Sandbox.Memory)
