@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -94,10 +93,6 @@ type Options struct {
 	OnEvent EventFunc    // lifecycle events for audit; may be nil
 	Backend Backend      // creates the sandbox (native, docker, kubernetes); required
 }
-
-// EventFunc receives lifecycle events: kind is "sandbox.start", "sandbox.run" or
-// "sandbox.end"; fields carry ids, limits and outcomes, never secret values.
-type EventFunc func(ctx context.Context, kind string, fields map[string]any)
 
 // Defaults.
 const (

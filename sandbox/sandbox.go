@@ -69,10 +69,8 @@ func New(ctx context.Context, o Options) (*Sandbox, error) {
 	s := &Sandbox{opts: o, inst: inst, env: baseEnv(o)}
 	s.report = Report{SandboxID: o.ID, Labels: o.Labels, PolicyRevision: o.PolicyRevision, Start: start}
 	o.Logger.Debug("sandbox started", "sandbox", o.ID, "elapsed", time.Since(start))
-	s.event(ctx, "sandbox.start", map[string]any{
-		"workspace": o.Workspace, "workspace_mode": string(o.WorkspaceMode),
-		"memory": o.Memory, "pids": o.Pids, "cpus": o.CPUs, "timeout": o.Timeout.String(),
-	})
+	s.event(ctx, Event{Kind: EventStart, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
+		Memory: o.Memory, Pids: o.Pids, CPUs: o.CPUs, Timeout: o.Timeout})
 	return s, nil
 }
 
@@ -125,10 +123,8 @@ func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
 	s.mu.Lock()
 	s.report.addRun(cmd.Args, res)
 	s.mu.Unlock()
-	s.event(ctx, "sandbox.run", map[string]any{
-		"command": cmd.Args[0], "exit_code": res.ExitCode, "signal": res.Signal,
-		"timed_out": res.TimedOut, "peak_memory": res.Usage.PeakMemory,
-	})
+	s.event(ctx, Event{Kind: EventRun, Command: cmd.Args[0], ExitCode: res.ExitCode, Signal: res.Signal,
+		TimedOut: res.TimedOut, PeakMemory: res.Usage.PeakMemory})
 	return res, err
 }
 
@@ -197,15 +193,12 @@ func (s *Sandbox) close(ctx context.Context) error {
 	}
 	rep := s.report
 	s.mu.Unlock()
-	fields := map[string]any{"exit_code": rep.ExitCode, "timed_out": rep.TimedOut,
-		"allowed": rep.Requests.Allowed, "denied": rep.Requests.Denied, "approved": rep.Requests.Approved}
+	end := Event{Kind: EventEnd, ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Removed: swept,
+		Requests: RequestCounts{Allowed: rep.Requests.Allowed, Denied: rep.Requests.Denied, Approved: rep.Requests.Approved}}
 	if err != nil {
-		fields["error"] = err.Error()
+		end.Error = err.Error()
 	}
-	if len(swept) > 0 {
-		fields["removed"] = swept
-	}
-	s.event(ctx, "sandbox.end", fields)
+	s.event(ctx, end)
 	if err != nil {
 		return fmt.Errorf("close sandbox %s: %w", s.opts.ID, err)
 	}
@@ -232,13 +225,14 @@ func (s *Sandbox) sweep() ([]string, error) {
 	return moved, err
 }
 
-func (s *Sandbox) event(ctx context.Context, kind string, fields map[string]any) {
+// event hands ev, with the sandbox's id and labels, to Options.OnEvent.
+func (s *Sandbox) event(ctx context.Context, ev Event) {
 	if s.opts.OnEvent == nil {
 		return
 	}
-	fields["sandbox"] = s.opts.ID
+	ev.SandboxID = s.opts.ID
 	if len(s.opts.Labels) > 0 {
-		fields["labels"] = s.opts.Labels
+		ev.Labels = s.opts.Labels
 	}
-	s.opts.OnEvent(ctx, kind, fields)
+	s.opts.OnEvent(ctx, ev)
 }

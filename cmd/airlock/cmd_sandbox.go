@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/admin"
-	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/hostfile"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/internal/termsafe"
@@ -338,24 +337,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 	}
 	o.Logger = log
 	o.PolicyRevision = s.engine.Revision()
-	o.OnEvent = func(ctx context.Context, kind string, fields map[string]any) {
-		ev := audit.Event{Kind: kind, Decision: "lifecycle", PolicyRev: s.engine.Revision()}
-		if id, ok := fields["sandbox"].(string); ok {
-			ev.SandboxID = id
-		}
-		ev.Labels = o.Labels
-		if v, ok := fields["exit_code"].(int); ok {
-			ev.Status = v
-		}
-		if e, ok := fields["error"].(string); ok && e != "" {
-			ev.ErrorClass = "sandbox"
-		}
-		if s.audit != nil {
-			if err := s.audit.Record(ctx, ev); err != nil {
-				log.Error("audit record failed", "err", err)
-			}
-		}
-	}
+	o.OnEvent = s.lifecycleEvent
 	sb, err := sandbox.New(ctx, o)
 	if err != nil {
 		return err // sandbox.New names the sandbox and the step

@@ -71,23 +71,16 @@ func (s *stack) sessionRoutes(m *session.Manager) func(chi.Router) {
 }
 
 // lifecycleEvent records a sandbox's lifecycle event in the audit log.
-func (s *stack) lifecycleEvent(ctx context.Context, kind string, fields map[string]any) {
-	ev := audit.Event{Kind: kind, Decision: "lifecycle", PolicyRev: s.engine.Revision()}
-	if id, ok := fields["sandbox"].(string); ok {
-		ev.SandboxID = id
+func (s *stack) lifecycleEvent(ctx context.Context, ev sandbox.Event) {
+	if s.audit == nil {
+		return
 	}
-	if l, ok := fields["labels"].(map[string]string); ok {
-		ev.Labels = l
+	rec := audit.Event{Kind: string(ev.Kind), Decision: "lifecycle", PolicyRev: s.engine.Revision(),
+		SandboxID: ev.SandboxID, Labels: ev.Labels, Status: ev.ExitCode}
+	if ev.Error != "" {
+		rec.ErrorClass = "sandbox"
 	}
-	if v, ok := fields["exit_code"].(int); ok {
-		ev.Status = v
-	}
-	if e, ok := fields["error"].(string); ok && e != "" {
-		ev.ErrorClass = "sandbox"
-	}
-	if s.audit != nil {
-		if err := s.audit.Record(ctx, ev); err != nil {
-			s.log.Error("audit record failed", "err", err)
-		}
+	if err := s.audit.Record(ctx, rec); err != nil {
+		s.log.Error("audit record failed", "err", err)
 	}
 }
