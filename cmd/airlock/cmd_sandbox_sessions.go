@@ -100,6 +100,15 @@ func parseEnvFlags(kvs []string) (map[string]string, error) {
 // addSessionCmds adds create, exec, cp, ls, rm and patch to `airlock sandbox`.
 func addSessionCmds(sb *cobra.Command) {
 	var af adminFlags
+	for _, c := range []*cobra.Command{newSessionCreateCmd(&af), newSessionExecCmd(&af), newSessionCpCmd(&af),
+		newSessionLsCmd(&af), newSessionRmCmd(&af), newSessionPatchCmd(&af)} {
+		af.bind(c)
+		sb.AddCommand(c)
+	}
+}
+
+// newSessionCreateCmd is `airlock sandbox create`.
+func newSessionCreateCmd(af *adminFlags) *cobra.Command {
 	var sf specFlags
 	create := &cobra.Command{
 		Use:   "create [flags]",
@@ -130,55 +139,72 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 		},
 	}
 	sf.bind(create)
+	return create
+}
 
-	var timeout, cwd string
-	var env []string
-	var interactive, raw bool
+// newSessionExecCmd is `airlock sandbox exec`.
+func newSessionExecCmd(af *adminFlags) *cobra.Command {
+	var f execFlags
 	exec := &cobra.Command{
 		Use:   "exec ID [flags] -- CMD [ARG...]",
 		Short: "Run a command in a sandbox, streaming its output; exits with its status (124 on timeout)",
 		Example: `  airlock sandbox exec sbx-1a2b -- sh -c 'cd /workspace && go test ./...'
   echo data | airlock sandbox exec sbx-1a2b -i -- sh -c 'cat > /tmp/in'`,
 		Args: cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := af.client()
-			if err != nil {
-				return err
-			}
-			e, err := parseEnvFlags(env)
-			if err != nil {
-				return err
-			}
-			req := session.ExecRequest{Argv: args[1:], Env: e, Cwd: cwd, Timeout: timeout}
-			var stdin io.Reader
-			if interactive {
-				stdin = os.Stdin
-			}
-			stdout, stderr, done := commandOutput(raw)
-			res, err := c.Exec(cmd.Context(), args[0], req, stdin, stdout, stderr)
-			done()
-			if err != nil {
-				return err
-			}
-			if res.TimedOut {
-				fmt.Fprintf(os.Stderr, "airlock: command timed out in sandbox %s; its processes were killed\n", args[0])
-				return exitCode(sandbox.ExitTimeout)
-			}
-			if res.Error != "" && res.ExitCode != session.ExitRefused {
-				fmt.Fprintf(os.Stderr, "airlock: %s\n", termsafe.Text(res.Error))
-			}
-			if res.ExitCode != 0 {
-				return exitCode(res.ExitCode)
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runSessionExec(cmd, af, &f, args) },
 	}
-	exec.Flags().StringVar(&timeout, "timeout", "", "wall-clock limit of the command, e.g. 30s (exit status 124 when it passes)")
-	exec.Flags().StringVar(&cwd, "cwd", "", "working directory inside (default /workspace, or $HOME without a workspace)")
-	exec.Flags().StringArrayVar(&env, "env", nil, "environment variable K=V for this command (repeatable)")
-	exec.Flags().BoolVarP(&interactive, "interactive", "i", false, "send this process's standard input to the command")
-	exec.Flags().BoolVar(&raw, "raw-output", false, "pass the command's output unchanged (see sandbox run)")
+	exec.Flags().StringVar(&f.timeout, "timeout", "", "wall-clock limit of the command, e.g. 30s (exit status 124 when it passes)")
+	exec.Flags().StringVar(&f.cwd, "cwd", "", "working directory inside (default /workspace, or $HOME without a workspace)")
+	exec.Flags().StringArrayVar(&f.env, "env", nil, "environment variable K=V for this command (repeatable)")
+	exec.Flags().BoolVarP(&f.interactive, "interactive", "i", false, "send this process's standard input to the command")
+	exec.Flags().BoolVar(&f.raw, "raw-output", false, "pass the command's output unchanged (see sandbox run)")
+	return exec
+}
 
+// execFlags are the flags of `airlock sandbox exec`.
+type execFlags struct {
+	timeout, cwd     string
+	env              []string
+	interactive, raw bool
+}
+
+// runSessionExec runs a command in a sandbox of the proxy, streaming its output, and
+// returns its exit status as an exitCode error.
+func runSessionExec(cmd *cobra.Command, af *adminFlags, f *execFlags, args []string) error {
+	c, err := af.client()
+	if err != nil {
+		return err
+	}
+	e, err := parseEnvFlags(f.env)
+	if err != nil {
+		return err
+	}
+	req := session.ExecRequest{Argv: args[1:], Env: e, Cwd: f.cwd, Timeout: f.timeout}
+	var stdin io.Reader
+	if f.interactive {
+		stdin = os.Stdin
+	}
+	stdout, stderr, done := commandOutput(f.raw)
+	res, err := c.Exec(cmd.Context(), args[0], req, stdin, stdout, stderr)
+	done()
+	if err != nil {
+		return err
+	}
+	if res.TimedOut {
+		fmt.Fprintf(os.Stderr, "airlock: command timed out in sandbox %s; its processes were killed\n", args[0])
+		return exitCode(sandbox.ExitTimeout)
+	}
+	if res.Error != "" && res.ExitCode != session.ExitRefused {
+		fmt.Fprintf(os.Stderr, "airlock: %s\n", termsafe.Text(res.Error))
+	}
+	if res.ExitCode != 0 {
+		return exitCode(res.ExitCode)
+	}
+	return nil
+}
+
+// newSessionCpCmd is `airlock sandbox cp`.
+func newSessionCpCmd(af *adminFlags) *cobra.Command {
 	cp := &cobra.Command{
 		Use:   "cp SRC ID:PATH | ID:PATH DST",
 		Short: "Copy a file into or out of a sandbox (PATH under /workspace or /tmp)",
@@ -212,7 +238,11 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 			return errors.New("one side must be ID:PATH (a sandbox path), the other a local file")
 		},
 	}
+	return cp
+}
 
+// newSessionLsCmd is `airlock sandbox ls`.
+func newSessionLsCmd(af *adminFlags) *cobra.Command {
 	ls := &cobra.Command{
 		Use: "ls", Short: "List the sandboxes of an airlock proxy", Args: cobra.NoArgs,
 		Example: "  airlock sandbox ls --admin http://127.0.0.1:9090 --token-file ~/.airlock-issuer",
@@ -238,7 +268,11 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 			return tw.Flush()
 		},
 	}
+	return ls
+}
 
+// newSessionRmCmd is `airlock sandbox rm`.
+func newSessionRmCmd(af *adminFlags) *cobra.Command {
 	rm := &cobra.Command{
 		Use: "rm ID", Short: "Destroy a sandbox and print its run report (JSON)", Args: cobra.ExactArgs(1),
 		Example: "  airlock sandbox rm sbx-1a2b > report.json",
@@ -256,7 +290,11 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 			return err
 		},
 	}
+	return rm
+}
 
+// newSessionPatchCmd is `airlock sandbox patch`.
+func newSessionPatchCmd(af *adminFlags) *cobra.Command {
 	patch := &cobra.Command{
 		Use: "patch ID", Short: "Print a copy-on-write sandbox's changes as a git-style patch", Args: cobra.ExactArgs(1),
 		Example: "  airlock sandbox patch sbx-1a2b | git -C /srv/repo apply",
@@ -273,10 +311,7 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 			return err
 		},
 	}
-	for _, c := range []*cobra.Command{create, exec, cp, ls, rm, patch} {
-		af.bind(c)
-		sb.AddCommand(c)
-	}
+	return patch
 }
 
 // remotePath splits "ID:PATH" (PATH absolute).

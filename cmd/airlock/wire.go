@@ -83,15 +83,10 @@ func (c *Config) auditOptions(log *slog.Logger) audit.Options {
 	}
 }
 
-// build makes every part; on error, what was made is closed.
-func build(ctx context.Context, cfg *Config, log *slog.Logger) (*stack, error) {
-	return buildWith(ctx, cfg, log, &auditFanout{})
-}
-
-// buildWith is build with the proxy's auditor going through fan, so that sandboxes can
-// count their own requests.
-func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFanout) (_ *stack, err error) {
-	s := &stack{cfg: cfg, log: log}
+// build makes every part; on error, what was made is closed. The proxy's auditor goes
+// through s.fan, so that sandboxes can count their own requests.
+func build(ctx context.Context, cfg *Config, log *slog.Logger) (_ *stack, err error) {
+	s := &stack{cfg: cfg, log: log, fan: &auditFanout{}}
 	defer func() {
 		if err != nil {
 			s.close(context.Background())
@@ -110,56 +105,19 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	if err != nil {
 		return nil, cfg.src.locate(err)
 	}
-	var auditor proxy.Auditor
-	if cfg.AuditLog != "-" {
-		if err := os.MkdirAll(filepath.Dir(cfg.AuditLog), 0o700); err != nil {
-			return nil, fmt.Errorf("audit_log: %w", err)
-		}
-		s.audit, err = audit.Open(cfg.auditOptions(log))
-		if err != nil {
-			return nil, fmt.Errorf("audit_log: %w", err)
-		}
-		s.closers = append(s.closers, func(context.Context) error { return s.audit.Close() })
-		limit := audit.NewRefusalLimit(s.audit, audit.RefusalLimitOptions{Burst: cfg.Audit.RefusalBurst,
-			Interval: cfg.Audit.RefusalInterval, Summary: cfg.Audit.RefusalSummary})
-		s.closers = append(s.closers, func(context.Context) error { return limit.Close() }) // before the sink
-		auditor = limit
+	if s.fan.sink, err = s.openAudit(); err != nil {
+		return nil, err
 	}
-	var creds proxy.CredentialSource
-	if len(cfg.Credentials) > 0 {
-		s.broker, err = secrets.New(ctx, secrets.Options{
-			Vault: cfg.Vault, Credentials: cfg.Credentials, Logger: log,
-			OnFetch: func(name string, cached bool, err error) {
-				result := "miss"
-				switch {
-				case err != nil:
-					result = "error"
-				case cached:
-					result = "hit"
-				}
-				s.telemetry.Metrics().VaultFetch(context.Background(), name, result)
-			},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("credentials: %w", err)
-		}
-		s.closers = append(s.closers, s.broker.Close)
-		creds = s.broker
+	creds, err := s.openBroker(ctx)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
 		return nil, fmt.Errorf("home %s: %w", cfg.Home, err)
 	}
-	// One store for approvals and the credential revocation list.
-	s.store, err = approval.OpenStore(ctx, cfg.Approvals.Store)
-	if err != nil {
-		return nil, fmt.Errorf("approvals.store: %w", err)
+	if err := s.openApprovals(ctx); err != nil {
+		return nil, err
 	}
-	s.closers = append(s.closers, func(context.Context) error { return s.store.Close() })
-	s.approvals, err = approval.New(ctx, approval.Options{Config: cfg.Approvals, Store: s.store, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("approvals: %w", err)
-	}
-	s.closers = append(s.closers, func(context.Context) error { return s.approvals.Close() })
 	tokens, err := tokenOptions(cfg.Proxy, s.store)
 	if err != nil {
 		return nil, err
@@ -167,23 +125,98 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 	if s.issuers, err = loadIssuers(cfg.Proxy.Issuers); err != nil {
 		return nil, err
 	}
+	s.fan.metrics = s.telemetry.Metrics()
+	s.execs = session.NewCredentials()
+	opts, err := s.proxyOptions(creds, tokens)
+	if err != nil {
+		return nil, err
+	}
+	s.proxy, err = proxy.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openAudit opens the audit log, behind the refusal limit, unless audit_log is "-" (then
+// the auditor is nil).
+func (s *stack) openAudit() (proxy.Auditor, error) {
+	cfg := s.cfg
+	if cfg.AuditLog == "-" {
+		return nil, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.AuditLog), 0o700); err != nil {
+		return nil, fmt.Errorf("audit_log: %w", err)
+	}
+	var err error
+	s.audit, err = audit.Open(cfg.auditOptions(s.log))
+	if err != nil {
+		return nil, fmt.Errorf("audit_log: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return s.audit.Close() })
+	limit := audit.NewRefusalLimit(s.audit, audit.RefusalLimitOptions{Burst: cfg.Audit.RefusalBurst,
+		Interval: cfg.Audit.RefusalInterval, Summary: cfg.Audit.RefusalSummary})
+	s.closers = append(s.closers, func(context.Context) error { return limit.Close() }) // before the sink
+	return limit, nil
+}
+
+// openBroker starts the credential broker when credentials are configured; the source is
+// nil otherwise.
+func (s *stack) openBroker(ctx context.Context) (proxy.CredentialSource, error) {
+	cfg := s.cfg
+	if len(cfg.Credentials) == 0 {
+		return nil, nil
+	}
+	var err error
+	s.broker, err = secrets.New(ctx, secrets.Options{
+		Vault: cfg.Vault, Credentials: cfg.Credentials, Logger: s.log,
+		OnFetch: func(name string, cached bool, err error) {
+			result := "miss"
+			switch {
+			case err != nil:
+				result = "error"
+			case cached:
+				result = "hit"
+			}
+			s.telemetry.Metrics().VaultFetch(context.Background(), name, result)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	s.closers = append(s.closers, s.broker.Close)
+	return s.broker, nil
+}
+
+// openApprovals opens the one store for approvals and the credential revocation list, and
+// the approval service on it.
+func (s *stack) openApprovals(ctx context.Context) error {
+	var err error
+	s.store, err = approval.OpenStore(ctx, s.cfg.Approvals.Store)
+	if err != nil {
+		return fmt.Errorf("approvals.store: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return s.store.Close() })
+	s.approvals, err = approval.New(ctx, approval.Options{Config: s.cfg.Approvals, Store: s.store, Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("approvals: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return s.approvals.Close() })
+	return nil
+}
+
+// proxyOptions are the proxy's options from the config and the parts made so far.
+func (s *stack) proxyOptions(creds proxy.CredentialSource, tokens proxy.TokenOptions) (proxy.Options, error) {
+	cfg := s.cfg
+	decider, err := s.decider()
+	if err != nil {
+		return proxy.Options{}, err
+	}
 	var allow []netip.Prefix
 	for _, c := range cfg.AllowPrivate {
 		p, _ := parsePrefix(c)
 		allow = append(allow, p)
 	}
-	var decider proxy.Decider = s.engine
-	if cfg.Audit.DecisionLog != "" {
-		dl, err := audit.OpenDecisionLog(cfg.Audit.DecisionLog, map[string]string{"app": "airlock", "version": version})
-		if err != nil {
-			return nil, fmt.Errorf("audit.decision_log: %w", err)
-		}
-		s.closers = append(s.closers, func(context.Context) error { return dl.Close() })
-		decider = &decisionLogger{Decider: s.engine, log: dl, rev: s.engine.Revision, errs: log}
-	}
-	fan.metrics = s.telemetry.Metrics()
-	s.fan = fan
-	s.execs = session.NewCredentials()
 	opts := proxy.Options{
 		Decider:        decider,
 		BodyAware:      s.engine,
@@ -197,38 +230,52 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 		ReportOnly:     cfg.ReportOnly,
 		PolicyRevision: s.engine.Revision,
 		Telemetry:      &proxy.OTel{T: s.telemetry, TrustClientTraceparent: cfg.Telemetry.TrustClientTraceparent},
-		Logger:         log,
-		Limits: proxy.Limits{
-			MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxBodyBytes: int64(cfg.Approvals.MaxBody),
-			ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
-			UpstreamHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
-			MaxInFlightPerSandbox: cfg.Limits.MaxInFlightPerSandbox, MaxConnsPerListener: cfg.Limits.MaxConnsPerListener,
-			MaxRedactionsPerCredential: cfg.Limits.MaxRedactionsPerCredential,
-			MaxPolicyBodyBytes:         cfg.Limits.MaxPolicyBodyBytes,
-			MaxHeldPerSandbox:          cfg.Approvals.MaxPendingPerSandbox,
-			MaxHeldBytesPerSandbox:     int64(cfg.Approvals.MaxHeldBytesPerSandbox),
-			MaxHeldBytes:               int64(cfg.Approvals.MaxHeldBytes),
-		},
+		Logger:         s.log,
+		Limits:         proxyLimits(cfg),
+		Auditor:        s.fan,
 	}
-	if cfg.Limits.MaxBodyBytes > 0 {
-		opts.Limits.MaxBodyBytes = cfg.Limits.MaxBodyBytes
-	}
-	fan.sink = auditor
-	opts.Auditor = fan
 	if opts.Parent, err = parentProxy(cfg, creds); err != nil {
-		return nil, err
+		return opts, err
 	}
 	if cfg.UpstreamCA != "" {
 		opts.UpstreamCAs, err = proxy.LoadCAFile(cfg.UpstreamCA)
 		if err != nil {
-			return nil, fmt.Errorf("upstream_ca: %w", err)
+			return opts, fmt.Errorf("upstream_ca: %w", err)
 		}
 	}
-	s.proxy, err = proxy.New(opts)
-	if err != nil {
-		return nil, err
+	return opts, nil
+}
+
+// decider is the policy engine, its decisions also written to audit.decision_log when set.
+func (s *stack) decider() (proxy.Decider, error) {
+	if s.cfg.Audit.DecisionLog == "" {
+		return s.engine, nil
 	}
-	return s, nil
+	dl, err := audit.OpenDecisionLog(s.cfg.Audit.DecisionLog, map[string]string{"app": "airlock", "version": version})
+	if err != nil {
+		return nil, fmt.Errorf("audit.decision_log: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return dl.Close() })
+	return &decisionLogger{Decider: s.engine, log: dl, rev: s.engine.Revision, errs: s.log}, nil
+}
+
+// proxyLimits are the proxy's limits from the config.
+func proxyLimits(cfg *Config) proxy.Limits {
+	l := proxy.Limits{
+		MaxHeaderBytes: cfg.Limits.MaxHeaderBytes, MaxBodyBytes: int64(cfg.Approvals.MaxBody),
+		ReadHeaderTimeout: cfg.Limits.ReadHeaderTimeout, IdleTimeout: cfg.Limits.IdleTimeout,
+		UpstreamHeaderTimeout: cfg.Limits.UpstreamHeaderTimeout,
+		MaxInFlightPerSandbox: cfg.Limits.MaxInFlightPerSandbox, MaxConnsPerListener: cfg.Limits.MaxConnsPerListener,
+		MaxRedactionsPerCredential: cfg.Limits.MaxRedactionsPerCredential,
+		MaxPolicyBodyBytes:         cfg.Limits.MaxPolicyBodyBytes,
+		MaxHeldPerSandbox:          cfg.Approvals.MaxPendingPerSandbox,
+		MaxHeldBytesPerSandbox:     int64(cfg.Approvals.MaxHeldBytesPerSandbox),
+		MaxHeldBytes:               int64(cfg.Approvals.MaxHeldBytes),
+	}
+	if cfg.Limits.MaxBodyBytes > 0 {
+		l.MaxBodyBytes = cfg.Limits.MaxBodyBytes
+	}
+	return l
 }
 
 // tokenOptions reads proxy.token_key_file: signed credentials shared by replicas, revoked
