@@ -7,7 +7,7 @@ package sandbox
 // then, at the host's level, as that namespace's owner: every native sandbox's namespaces
 // are owned by the sandbox's own host uid (the first of its uid range), never by the
 // host's root, so a sandbox at these bounds takes nothing of the host's or another
-// sandbox's counts. Each namespace's maxima are set small (userNSMaxima); the limits
+// sandbox's counts. Each namespace's maxima are set small (sandbox/native's userNSMaxima); the limits
 // counted per process (RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE) are lowered for every sandboxed
 // process, and the kernel records them as the namespace's maxima at the host's level too.
 
