@@ -27,7 +27,7 @@ const (
 	WorkspaceCoW WorkspaceMode = "cow" // copy-on-write: the host directory stays untouched; see Changes and Patch
 )
 
-// Options describe a sandbox. The zero value (plus nothing) is a sandbox with no workspace,
+// Options describe a sandbox. The zero value plus a Backend is a sandbox with no workspace,
 // no network (no Proxy), the host's root read-only, and default limits.
 type Options struct {
 	ID     string            // unique id (identity.CheckID: lower-case); generated ("sbx-" + hex) when empty
