@@ -20,7 +20,7 @@ func baseEnv(o Options) []string {
 	proxy := fmt.Sprintf("http://127.0.0.1:%d", ProxyPort)
 	env := []string{
 		"PATH=" + DefaultPath,
-		"HOME=" + homeDir,
+		"HOME=" + HomeDir,
 		"LANG=C.UTF-8",
 		"USER=sandbox",
 		"TMPDIR=/tmp",
@@ -31,7 +31,7 @@ func baseEnv(o Options) []string {
 	}
 	if len(o.CABundle) > 0 {
 		for _, v := range caVariables {
-			env = append(env, v+"="+caBundlePath)
+			env = append(env, v+"="+CABundlePath)
 		}
 	}
 	return MergeEnv(env, o.Env)

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -28,7 +27,7 @@ const (
 	WorkspaceCoW WorkspaceMode = "cow" // copy-on-write: the host directory stays untouched; see Changes and Patch
 )
 
-// Options describe a sandbox. The zero value (plus nothing) is a sandbox with no workspace,
+// Options describe a sandbox. The zero value plus a Backend is a sandbox with no workspace,
 // no network (no Proxy), the host's root read-only, and default limits.
 type Options struct {
 	ID     string            // unique id (identity.CheckID: lower-case); generated ("sbx-" + hex) when empty
@@ -92,12 +91,8 @@ type Options struct {
 
 	Logger  *slog.Logger // nil means discard
 	OnEvent EventFunc    // lifecycle events for audit; may be nil
-	Backend Backend      // nil means the native Linux backend
+	Backend Backend      // creates the sandbox (native, docker, kubernetes); required
 }
-
-// EventFunc receives lifecycle events: kind is "sandbox.start", "sandbox.run" or
-// "sandbox.end"; fields carry ids, limits and outcomes, never secret values.
-type EventFunc func(ctx context.Context, kind string, fields map[string]any)
 
 // Defaults.
 const (

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"github.com/airlock-proxy/airlock/internal/event"
 	"slices"
 	"time"
 )
@@ -51,14 +52,14 @@ const maxDeniedDestinations = 100
 // Observe counts one proxy decision on a request of this sandbox: "allow", "deny" or
 // "approve"/"approved" (held and then approved); any other outcome (a rejected or expired
 // approval, an error) counts as denied. The proxy's auditor calls it.
-func (s *Sandbox) Observe(decision, host string) {
+func (s *Sandbox) Observe(decision event.Decision, host string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := &s.report.Requests
 	switch decision {
-	case "allow":
+	case event.DecisionAllow:
 		r.Allowed++
-	case "approve", "approved":
+	case event.DecisionApprove, event.DecisionApproved:
 		r.Approved++
 	default:
 		r.Denied++

@@ -1,6 +1,10 @@
-// Package sandbox spawns disposable, bounded sandboxes whose only way out is airlock's
-// proxy. The native Linux backend (namespaces, cgroups, seccomp, Landlock; no daemon) is the
-// default. A process using it must call Init first in main.
+// Package sandbox is the backend-neutral API of disposable, bounded sandboxes whose only
+// way out is airlock's proxy: Options, the Backend and Instance a backend implements, and
+// Sandbox, which runs commands, keeps the run report and emits lifecycle events whatever
+// the backend. The backends are sibling packages (sandbox/native, sandbox/docker,
+// sandbox/kubernetes); the caller names one in Options.Backend. What several backends share
+// (listeners inside a network namespace, transparent egress, host uid ranges, workspace
+// protections) lives here too.
 package sandbox
 
 import (
@@ -13,7 +17,7 @@ import (
 	"time"
 )
 
-// Backend creates sandboxes of one kind (native Linux; Docker later).
+// Backend creates sandboxes of one kind: native.Native, docker.Backend, kubernetes.Backend.
 type Backend interface {
 	// Create builds and starts a sandbox for validated options; o.Proxy, when set, must be
 	// given the sandbox's listener with Identity{o.ID, o.Labels}.
@@ -54,22 +58,19 @@ func New(ctx context.Context, o Options) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	backend := o.Backend
-	if backend == nil {
-		backend = &Native{}
+	if o.Backend == nil {
+		return nil, errors.New("create sandbox: no backend (sandbox/native, sandbox/docker or sandbox/kubernetes)")
 	}
 	start := time.Now()
-	inst, err := backend.Create(ctx, o)
+	inst, err := o.Backend.Create(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox %s: %w", o.ID, err)
 	}
 	s := &Sandbox{opts: o, inst: inst, env: baseEnv(o)}
 	s.report = Report{SandboxID: o.ID, Labels: o.Labels, PolicyRevision: o.PolicyRevision, Start: start}
 	o.Logger.Debug("sandbox started", "sandbox", o.ID, "elapsed", time.Since(start))
-	s.event(ctx, "sandbox.start", map[string]any{
-		"workspace": o.Workspace, "workspace_mode": string(o.WorkspaceMode),
-		"memory": o.Memory, "pids": o.Pids, "cpus": o.CPUs, "timeout": o.Timeout.String(),
-	})
+	s.event(ctx, Event{Kind: EventStart, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
+		Memory: o.Memory, Pids: o.Pids, CPUs: o.CPUs, Timeout: o.Timeout})
 	return s, nil
 }
 
@@ -78,6 +79,10 @@ func (s *Sandbox) ID() string { return s.opts.ID }
 
 // Identity is what the proxy attributes this sandbox's requests to.
 func (s *Sandbox) Identity() Identity { return Identity{ID: s.opts.ID, Labels: s.opts.Labels} }
+
+// Instance is the backend's instance under s, for what only its backend knows (a native
+// sandbox's network namespace, for instance); run commands through s, not through it.
+func (s *Sandbox) Instance() Instance { return s.inst }
 
 // Env is the environment every command starts with (before Command.Env).
 func (s *Sandbox) Env() []string { return append([]string(nil), s.env...) }
@@ -109,19 +114,17 @@ func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
 		cmd.Timeout = s.opts.Timeout
 	}
 	if cmd.Dir == "" {
-		cmd.Dir = homeDir
+		cmd.Dir = HomeDir
 		if s.opts.Workspace != "" {
-			cmd.Dir = workspaceDir
+			cmd.Dir = WorkspaceDir
 		}
 	}
 	res, err := s.inst.Run(ctx, cmd)
 	s.mu.Lock()
 	s.report.addRun(cmd.Args, res)
 	s.mu.Unlock()
-	s.event(ctx, "sandbox.run", map[string]any{
-		"command": cmd.Args[0], "exit_code": res.ExitCode, "signal": res.Signal,
-		"timed_out": res.TimedOut, "peak_memory": res.Usage.PeakMemory,
-	})
+	s.event(ctx, Event{Kind: EventRun, Command: cmd.Args[0], ExitCode: res.ExitCode, Signal: res.Signal,
+		TimedOut: res.TimedOut, PeakMemory: res.Usage.PeakMemory})
 	return res, err
 }
 
@@ -190,15 +193,12 @@ func (s *Sandbox) close(ctx context.Context) error {
 	}
 	rep := s.report
 	s.mu.Unlock()
-	fields := map[string]any{"exit_code": rep.ExitCode, "timed_out": rep.TimedOut,
-		"allowed": rep.Requests.Allowed, "denied": rep.Requests.Denied, "approved": rep.Requests.Approved}
+	end := Event{Kind: EventEnd, ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Removed: swept,
+		Requests: RequestCounts{Allowed: rep.Requests.Allowed, Denied: rep.Requests.Denied, Approved: rep.Requests.Approved}}
 	if err != nil {
-		fields["error"] = err.Error()
+		end.Error = err.Error()
 	}
-	if len(swept) > 0 {
-		fields["removed"] = swept
-	}
-	s.event(ctx, "sandbox.end", fields)
+	s.event(ctx, end)
 	if err != nil {
 		return fmt.Errorf("close sandbox %s: %w", s.opts.ID, err)
 	}
@@ -225,13 +225,14 @@ func (s *Sandbox) sweep() ([]string, error) {
 	return moved, err
 }
 
-func (s *Sandbox) event(ctx context.Context, kind string, fields map[string]any) {
+// event hands ev, with the sandbox's id and labels, to Options.OnEvent.
+func (s *Sandbox) event(ctx context.Context, ev Event) {
 	if s.opts.OnEvent == nil {
 		return
 	}
-	fields["sandbox"] = s.opts.ID
+	ev.SandboxID = s.opts.ID
 	if len(s.opts.Labels) > 0 {
-		fields["labels"] = s.opts.Labels
+		ev.Labels = s.opts.Labels
 	}
-	s.opts.OnEvent(ctx, kind, fields)
+	s.opts.OnEvent(ctx, ev)
 }

@@ -52,7 +52,7 @@ say "unit tests (-race)"
 go test -race -count=1 ./...
 
 say "native sandboxes with the Go holder (what a binary built without cgo runs)"
-CGO_ENABLED=0 go test -count=1 ./sandbox/
+CGO_ENABLED=0 go test -count=1 ./sandbox/native/
 
 say "e2e suites (sandbox escapes, real clients through the proxy, approvals end to end, terminals driven through tmux)"
 go test -count=1 -tags e2e -timeout 20m ./e2e/...
@@ -98,7 +98,7 @@ fuzz_targets=(
 	"FuzzRequestHash ./approval"
 	"FuzzText ./internal/redact"
 	"FuzzWriter ./internal/termsafe"
-	"FuzzLineDiff ./sandbox"
+	"FuzzLineDiff ./sandbox/native"
 	"FuzzParseGitConfig ./sandbox"
 )
 for t in "${fuzz_targets[@]}"; do

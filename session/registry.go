@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/internal/procstat"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 )
 
 // registry keeps one record per live session in a directory shared by the airlocks of a
@@ -133,8 +134,8 @@ func (m *Manager) Adopt(ctx context.Context) ([]string, error) {
 	if len(orphans) == 0 {
 		return nil, nil
 	}
-	if m.opts.Base.Backend == nil && os.Geteuid() == 0 {
-		if err := (&sandbox.Native{}).Cleanup(ctx); err != nil {
+	if n, ok := m.opts.Base.Backend.(*native.Native); ok && os.Geteuid() == 0 {
+		if err := n.Cleanup(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("remove what earlier sandboxes left: %w", err))
 		}
 	}

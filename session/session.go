@@ -7,18 +7,11 @@ package session
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
-	"os"
-	"path/filepath"
-	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -114,6 +107,8 @@ type Info struct {
 
 // Options configure a Manager. Base carries what the server decides for every sandbox
 // (proxy, CA bundle, revoker, hidden paths, events, logger); a Spec never overrides it.
+// Base.Backend is the backend of native specs (a *native.Native; sandboxes cannot be
+// created without one).
 type Options struct {
 	Base sandbox.Options
 	// Backend returns the backend for a spec's backend name and image; nil serves the
@@ -304,102 +299,6 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 	return s.info(), nil
 }
 
-// options turns a spec into sandbox options on top of Base, validating every field.
-func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, idle, execTimeout time.Duration, err error) {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, a...))
-	}
-	o = m.opts.Base
-	o.ID = spec.ID
-	if spec.ID != "" {
-		if err := identity.CheckID(spec.ID); err != nil {
-			return o, "", 0, 0, 0, bad("id: %v", err)
-		}
-	}
-	if spec.Workspace != "" {
-		dir, mode, err := sandbox.ParseWorkspace(spec.Workspace)
-		if err != nil {
-			return o, "", 0, 0, 0, bad("workspace: %v", err)
-		}
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return o, "", 0, 0, 0, bad("workspace %s: not an existing directory on the airlock host", dir)
-		}
-		real, err := m.workspaceWithinRoots(dir)
-		if err != nil {
-			return o, "", 0, 0, 0, bad("workspace %s: %v", dir, err)
-		}
-		o.Workspace, o.WorkspaceMode = real, mode
-	}
-	if spec.Memory != "" {
-		n, err := sandbox.ParseSize(spec.Memory)
-		if err != nil {
-			return o, "", 0, 0, 0, bad("memory: %v", err)
-		}
-		o.Memory = n
-	}
-	if spec.Pids < 0 || spec.CPUs < 0 || spec.CPUs != spec.CPUs {
-		return o, "", 0, 0, 0, bad("pids and cpus must be positive")
-	}
-	if spec.Pids > 0 {
-		o.Pids = spec.Pids
-	}
-	if spec.CPUs > 0 {
-		o.CPUs = spec.CPUs
-	}
-	if len(spec.Labels) > 0 {
-		o.Labels = maps.Clone(spec.Labels)
-	}
-	o.Env = slices.Clone(o.Env)
-	for _, k := range sortedKeys(spec.Env) {
-		if !validEnvName(k) {
-			return o, "", 0, 0, 0, bad("env: %q is not a variable name", k)
-		}
-		o.Env = append(o.Env, k+"="+spec.Env[k])
-	}
-	backend = spec.Backend
-	if backend == "" {
-		backend = "native"
-	}
-	switch backend {
-	case "native", "docker":
-	default:
-		return o, "", 0, 0, 0, bad("backend %q: want native or docker (kubernetes sandboxes are not served as sessions)", backend)
-	}
-	if spec.Image != "" && backend == "native" {
-		return o, "", 0, 0, 0, bad("image is for the docker backend; the native backend runs the host's root read-only")
-	}
-	dur := func(name, v string, def time.Duration) (time.Duration, error) {
-		if v == "" {
-			return def, nil
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return 0, bad("%s %q: want a positive duration such as 30m", name, v)
-		}
-		return d, nil
-	}
-	if ttl, err = dur("ttl", spec.TTL, m.opts.TTL); err != nil {
-		return o, "", 0, 0, 0, err
-	}
-	if m.opts.MaxTTL > 0 && ttl > m.opts.MaxTTL {
-		return o, "", 0, 0, 0, bad("ttl %s is longer than sessions.max_ttl %s", ttl, m.opts.MaxTTL)
-	}
-	if idle, err = dur("idle_timeout", spec.IdleTimeout, m.opts.IdleTimeout); err != nil {
-		return o, "", 0, 0, 0, err
-	}
-	if execTimeout, err = dur("timeout", spec.Timeout, 0); err != nil {
-		return o, "", 0, 0, 0, err
-	}
-	// A session's commands each have their own timeout; the sandbox has none of its own.
-	o.Timeout = 0
-	if o.ID == "" {
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		o.ID = "sbx-" + hex.EncodeToString(b[:])
-	}
-	return o, backend, ttl, idle, execTimeout, nil
-}
-
 // Get returns the session id: ErrGone for one that ended here, a NotOwnerError for one of
 // another airlock, ErrNotFound otherwise.
 func (m *Manager) Get(id string) (*Session, error) {
@@ -483,128 +382,6 @@ func (m *Manager) Report(id string) (sandbox.Report, error) {
 	return sandbox.Report{}, err
 }
 
-// Close ends every session (airlock is stopping) and stops the sweep.
-func (m *Manager) Close(ctx context.Context) error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil
-	}
-	m.closed = true
-	var ss []*Session
-	for _, s := range m.sessions {
-		if s != nil {
-			ss = append(ss, s)
-		}
-	}
-	m.mu.Unlock()
-	close(m.stop)
-	<-m.done
-	var errs []error
-	for _, s := range ss {
-		if _, err := s.end(ctx, "airlock stopped"); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (m *Manager) sweepLoop() {
-	defer close(m.done)
-	t := time.NewTicker(m.opts.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-			m.sweep()
-		}
-	}
-}
-
-// sweep ends the sessions past their ttl, and those idle (no command running, none for
-// idle_timeout) too long.
-func (m *Manager) sweep() {
-	now := m.opts.Now()
-	m.mu.Lock()
-	var due []*Session
-	var why []string
-	for _, s := range m.sessions {
-		if s == nil {
-			continue
-		}
-		s.mu.Lock()
-		switch {
-		case s.state != StateRunning:
-		case !now.Before(s.expires):
-			due, why = append(due, s), append(why, "ttl")
-		case s.running == 0 && now.Sub(s.lastActive) >= s.idle:
-			due, why = append(due, s), append(why, "idle_timeout")
-		}
-		s.mu.Unlock()
-	}
-	m.mu.Unlock()
-	for i, s := range due {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if _, err := s.end(ctx, why[i]); err != nil {
-				m.log.Error("ending a sandbox session failed", "sandbox", s.id, "reason", why[i], "err", err)
-			}
-		}()
-	}
-}
-
-// end destroys the session once; later calls wait for the first and share its result.
-func (s *Session) end(ctx context.Context, reason string) (sandbox.Report, error) {
-	s.endOnce.Do(func() {
-		s.mu.Lock()
-		s.state = StateEnding
-		s.endReason = reason
-		for _, c := range s.cancels {
-			c() // running commands end with the sandbox
-		}
-		s.mu.Unlock()
-		err := s.sb.Close(context.WithoutCancel(ctx))
-		s.m.creds.dropSandbox(s.id)
-		rep := s.sb.Report()
-		s.mu.Lock()
-		s.state = StateEnded
-		s.report = rep
-		s.endErr = err
-		execs := maps.Clone(s.execs)
-		s.mu.Unlock()
-		info := s.info()
-		info.Ended = s.m.opts.Now()
-		info.EndReason = reason
-		m := s.m
-		m.mu.Lock()
-		delete(m.sessions, s.id)
-		m.ended[s.id] = &tombstone{info: info, report: rep, execs: execs}
-		m.endedList = append(m.endedList, s.id)
-		if len(m.endedList) > maxTombstones {
-			delete(m.ended, m.endedList[0])
-			m.endedList = m.endedList[1:]
-		}
-		m.mu.Unlock()
-		m.reg.release(s.id)
-		if m.opts.Ended != nil {
-			m.opts.Ended(s.id)
-		}
-		m.log.Info("sandbox session ended", "sandbox", s.id, "reason", reason, "err", err)
-		close(s.endDone)
-	})
-	select {
-	case <-s.endDone:
-	case <-ctx.Done():
-		return sandbox.Report{}, ctx.Err()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.report, s.endErr
-}
-
 func (s *Session) info() Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -627,24 +404,6 @@ func (s *Session) Sandbox() *sandbox.Sandbox { return s.sb }
 // ID is the session's sandbox id.
 func (s *Session) ID() string { return s.id }
 
-func sortedKeys(m map[string]string) []string {
-	keys := slices.Collect(maps.Keys(m))
-	slices.Sort(keys)
-	return keys
-}
-
-func validEnvName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i, c := range k {
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
 // statusOf maps an error of this package to an HTTP status, in one place.
 func statusOf(err error) int {
 	var no *NotOwnerError
@@ -665,28 +424,4 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
-}
-
-// workspaceWithinRoots resolves dir (links followed) and checks that it is one of the
-// configured workspace roots or lies beneath one; it returns the resolved path, which is the
-// one mounted, so a link swapped in later changes nothing.
-func (m *Manager) workspaceWithinRoots(dir string) (string, error) {
-	if len(m.opts.WorkspaceRoots) == 0 {
-		return "", errors.New("this airlock serves no workspaces: set sessions.workspace_roots to the host directories sessions may use")
-	}
-	real, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return "", err
-	}
-	for _, root := range m.opts.WorkspaceRoots {
-		r, err := filepath.EvalSymlinks(root)
-		if err != nil {
-			continue
-		}
-		rel, err := filepath.Rel(r, real)
-		if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-			return real, nil
-		}
-	}
-	return "", fmt.Errorf("not under sessions.workspace_roots (%s)", strings.Join(m.opts.WorkspaceRoots, ", "))
 }

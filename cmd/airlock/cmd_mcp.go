@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/session"
 )
 
@@ -113,40 +114,11 @@ func runMCP(cmd *cobra.Command, af *adminFlags, sf *specFlags, pf *proxyFlags, a
 		if attach != "" {
 			return errors.New("--sandbox attaches to a sandbox of an airlock proxy: give its --admin URL")
 		}
-		cfg, _, err := pf.load(cmd)
+		m, stop, err := embeddedSessions(cmd, sf, pf)
 		if err != nil {
 			return err
 		}
-		if err := (&sandbox.Native{}).Cleanup(ctx); err != nil {
-			return err
-		}
-		cfg.Log.Level = "warn"
-		log := newLogger(cfg, os.Stderr) // stdout carries MCP
-		s, err := build(ctx, cfg, log)
-		if err != nil {
-			return err
-		}
-		defer s.close(context.Background())
-		if cfg.Sessions.StateDir == "" {
-			dir, err := os.MkdirTemp("", "airlock-mcp-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-			cfg.Sessions.StateDir = dir
-		}
-		// Embedded, the operator who runs airlock mcp names the workspace, as with sandbox
-		// run: that directory is a root.
-		if spec, err := sf.spec(); err == nil && spec.Workspace != "" {
-			if dir, _, err := sandbox.ParseWorkspace(spec.Workspace); err == nil {
-				cfg.Sessions.WorkspaceRoots = append(cfg.Sessions.WorkspaceRoots, dir)
-			}
-		}
-		m, err := s.startSessions(ctx, cmd)
-		if err != nil {
-			return err
-		}
-		defer m.Close(context.Background())
+		defer stop()
 		api = localSessions{m}
 	}
 	id := attach
@@ -174,6 +146,55 @@ func runMCP(cmd *cobra.Command, af *adminFlags, sf *specFlags, pf *proxyFlags, a
 	return err
 }
 
+// embeddedSessions starts a proxy stack and its session manager here, for airlock mcp
+// without --admin. stop ends the sessions, then the stack.
+func embeddedSessions(cmd *cobra.Command, sf *specFlags, pf *proxyFlags) (_ *session.Manager, stop func(), err error) {
+	ctx := cmd.Context()
+	cfg, _, err := pf.load(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := (&native.Native{}).Cleanup(ctx); err != nil {
+		return nil, nil, err
+	}
+	cfg.Log.Level = "warn"
+	log := newLogger(cfg, os.Stderr) // stdout carries MCP
+	s, err := build(ctx, cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	stops = append(stops, func() { s.close(context.Background()) })
+	if cfg.Sessions.StateDir == "" {
+		dir, err := os.MkdirTemp("", "airlock-mcp-")
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		stops = append(stops, func() { os.RemoveAll(dir) })
+		cfg.Sessions.StateDir = dir
+	}
+	// Embedded, the operator who runs airlock mcp names the workspace, as with sandbox
+	// run: that directory is a root.
+	if spec, err := sf.spec(); err == nil && spec.Workspace != "" {
+		if dir, _, err := sandbox.ParseWorkspace(spec.Workspace); err == nil {
+			cfg.Sessions.WorkspaceRoots = append(cfg.Sessions.WorkspaceRoots, dir)
+		}
+	}
+	m, err := s.startSessions(ctx, cmd)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	stops = append(stops, func() { m.Close(context.Background()) })
+	return m, stop, nil
+}
+
 // mcpExecIn and the others are the tools' arguments.
 type mcpExecIn struct {
 	Command string `json:"command" jsonschema:"a shell command, run by sh -c in the sandbox"`
@@ -192,74 +213,89 @@ type mcpWriteIn struct {
 // newMCPServer serves the four tools on sandbox id.
 func newMCPServer(api sessionAPI, id string, hasWorkspace bool) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version}, nil)
-	resolve := func(p string) string {
-		if p == "" || path.IsAbs(p) {
-			return p
-		}
-		if hasWorkspace {
-			return path.Join("/workspace", p)
-		}
-		return path.Join("/tmp", p)
-	}
-	text := func(s string, isErr bool) *mcp.CallToolResult {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}, IsError: isErr}
-	}
-	mcp.AddTool(srv, &mcp.Tool{Name: "exec", Description: "Run a shell command (sh -c) in the sandbox; returns its output and exit status. Network access goes through airlock's policy."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpExecIn) (*mcp.CallToolResult, any, error) {
-			if strings.TrimSpace(in.Command) == "" {
-				return text("command is empty", true), nil, nil
-			}
-			var out bytes.Buffer
-			w := &capWriter{b: &out, max: 1 << 20}
-			res, err := api.Exec(ctx, id, session.ExecRequest{Argv: []string{"sh", "-c", in.Command}, Timeout: in.Timeout}, nil, w, w)
-			if err != nil {
-				return text(err.Error(), true), nil, nil
-			}
-			s := out.String()
-			if w.cut {
-				s += "\n[output cut at 1 MiB]"
-			}
-			switch {
-			case res.TimedOut:
-				s += fmt.Sprintf("\n[timed out after %s; killed]", in.Timeout)
-			case res.Error != "" && res.ExitCode != session.ExitRefused:
-				s += "\n[" + res.Error + "]"
-			}
-			s += fmt.Sprintf("\n[exit status %d]", res.ExitCode)
-			return text(s, res.ExitCode != 0), nil, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "read_file", Description: "Read a file of the sandbox (under /workspace or /tmp)."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpPathIn) (*mcp.CallToolResult, any, error) {
-			b, err := api.GetFile(ctx, id, resolve(in.Path))
-			if err != nil {
-				return text(err.Error(), true), nil, nil
-			}
-			return text(string(b), false), nil, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "write_file", Description: "Write a file of the sandbox (under /workspace or /tmp), replacing it whole."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpWriteIn) (*mcp.CallToolResult, any, error) {
-			p := resolve(in.Path)
-			if err := api.PutFile(ctx, id, p, []byte(in.Content)); err != nil {
-				return text(err.Error(), true), nil, nil
-			}
-			return text(fmt.Sprintf("wrote %d bytes to %s", len(in.Content), p), false), nil, nil
-		})
-	mcp.AddTool(srv, &mcp.Tool{Name: "list_files", Description: "List a directory of the sandbox (ls -la; under /workspace or /tmp)."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in mcpPathIn) (*mcp.CallToolResult, any, error) {
-			p := resolve(in.Path)
-			if p == "" {
-				p = "/tmp"
-				if hasWorkspace {
-					p = "/workspace"
-				}
-			}
-			b, err := api.ListFiles(ctx, id, p)
-			if err != nil {
-				return text(err.Error(), true), nil, nil
-			}
-			return text(string(b), false), nil, nil
-		})
+	t := &mcpTools{api: api, id: id, hasWorkspace: hasWorkspace}
+	mcp.AddTool(srv, &mcp.Tool{Name: "exec", Description: "Run a shell command (sh -c) in the sandbox; returns its output and exit status. Network access goes through airlock's policy."}, t.exec)
+	mcp.AddTool(srv, &mcp.Tool{Name: "read_file", Description: "Read a file of the sandbox (under /workspace or /tmp)."}, t.readFile)
+	mcp.AddTool(srv, &mcp.Tool{Name: "write_file", Description: "Write a file of the sandbox (under /workspace or /tmp), replacing it whole."}, t.writeFile)
+	mcp.AddTool(srv, &mcp.Tool{Name: "list_files", Description: "List a directory of the sandbox (ls -la; under /workspace or /tmp)."}, t.listFiles)
 	return srv
+}
+
+// mcpTools are the MCP tools on one sandbox.
+type mcpTools struct {
+	api          sessionAPI
+	id           string
+	hasWorkspace bool
+}
+
+// resolve makes a relative path absolute, under /workspace (or /tmp without one).
+func (t *mcpTools) resolve(p string) string {
+	if p == "" || path.IsAbs(p) {
+		return p
+	}
+	if t.hasWorkspace {
+		return path.Join("/workspace", p)
+	}
+	return path.Join("/tmp", p)
+}
+
+func mcpText(s string, isErr bool) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}, IsError: isErr}
+}
+
+func (t *mcpTools) exec(ctx context.Context, _ *mcp.CallToolRequest, in mcpExecIn) (*mcp.CallToolResult, any, error) {
+	if strings.TrimSpace(in.Command) == "" {
+		return mcpText("command is empty", true), nil, nil
+	}
+	var out bytes.Buffer
+	w := &capWriter{b: &out, max: 1 << 20}
+	res, err := t.api.Exec(ctx, t.id, session.ExecRequest{Argv: []string{"sh", "-c", in.Command}, Timeout: in.Timeout}, nil, w, w)
+	if err != nil {
+		return mcpText(err.Error(), true), nil, nil
+	}
+	s := out.String()
+	if w.cut {
+		s += "\n[output cut at 1 MiB]"
+	}
+	switch {
+	case res.TimedOut:
+		s += fmt.Sprintf("\n[timed out after %s; killed]", in.Timeout)
+	case res.Error != "" && res.ExitCode != session.ExitRefused:
+		s += "\n[" + res.Error + "]"
+	}
+	s += fmt.Sprintf("\n[exit status %d]", res.ExitCode)
+	return mcpText(s, res.ExitCode != 0), nil, nil
+}
+
+func (t *mcpTools) readFile(ctx context.Context, _ *mcp.CallToolRequest, in mcpPathIn) (*mcp.CallToolResult, any, error) {
+	b, err := t.api.GetFile(ctx, t.id, t.resolve(in.Path))
+	if err != nil {
+		return mcpText(err.Error(), true), nil, nil
+	}
+	return mcpText(string(b), false), nil, nil
+}
+
+func (t *mcpTools) writeFile(ctx context.Context, _ *mcp.CallToolRequest, in mcpWriteIn) (*mcp.CallToolResult, any, error) {
+	p := t.resolve(in.Path)
+	if err := t.api.PutFile(ctx, t.id, p, []byte(in.Content)); err != nil {
+		return mcpText(err.Error(), true), nil, nil
+	}
+	return mcpText(fmt.Sprintf("wrote %d bytes to %s", len(in.Content), p), false), nil, nil
+}
+
+func (t *mcpTools) listFiles(ctx context.Context, _ *mcp.CallToolRequest, in mcpPathIn) (*mcp.CallToolResult, any, error) {
+	p := t.resolve(in.Path)
+	if p == "" {
+		p = "/tmp"
+		if t.hasWorkspace {
+			p = "/workspace"
+		}
+	}
+	b, err := t.api.ListFiles(ctx, t.id, p)
+	if err != nil {
+		return mcpText(err.Error(), true), nil, nil
+	}
+	return mcpText(string(b), false), nil, nil
 }
 
 // capWriter keeps at most max bytes.

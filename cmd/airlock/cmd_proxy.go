@@ -97,17 +97,9 @@ func runProxy(cmd *cobra.Command, cfg *Config, log *slog.Logger) error {
 		log.Warn("approvals: no approvers configured, so nobody can approve what the policy holds", "key", "approvals.approvers")
 	}
 
-	var lns []net.Listener
-	for _, addr := range cfg.Listen {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", addr, err)
-		}
-		lns = append(lns, ln)
-	}
-	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	lns, adminLn, err := listenAll(cfg)
 	if err != nil {
-		return fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
+		return err
 	}
 	s.proxy.AddSelf(adminLn.Addr())
 	adminSrv := admin.NewServer(s.adminHandler(), admin.ServerLimits{})
@@ -118,20 +110,7 @@ func runProxy(cmd *cobra.Command, cfg *Config, log *slog.Logger) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-hup:
-				if err := s.engine.Reload(watchCtx); err != nil {
-					log.Error("policy reload refused; keeping the last good policy", "err", err)
-				} else {
-					log.Info("policy reloaded", "revision", s.engine.Revision())
-				}
-			case <-watchCtx.Done():
-				return
-			}
-		}
-	}()
+	go s.reloadOn(watchCtx, hup)
 
 	errc := make(chan error, len(lns)+1)
 	for _, ln := range lns {
@@ -157,6 +136,47 @@ func runProxy(cmd *cobra.Command, cfg *Config, log *slog.Logger) error {
 	_ = s.proxy.Shutdown(sctx)
 	_ = adminSrv.Shutdown(sctx)
 	return err
+}
+
+// listenAll opens the proxy's listeners (listen) and the admin API's (admin_listen).
+func listenAll(cfg *Config) (lns []net.Listener, adminLn net.Listener, err error) {
+	for _, addr := range cfg.Listen {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			closeListeners(lns)
+			return nil, nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		lns = append(lns, ln)
+	}
+	adminLn, err = net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		closeListeners(lns)
+		return nil, nil, fmt.Errorf("admin_listen %s: %w", cfg.AdminListen, err)
+	}
+	return lns, adminLn, nil
+}
+
+func closeListeners(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
+}
+
+// reloadOn reloads the policy on every signal of hup until ctx ends; a policy that does
+// not load is refused and the last good one stays.
+func (s *stack) reloadOn(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-hup:
+			if err := s.engine.Reload(ctx); err != nil {
+				s.log.Error("policy reload refused; keeping the last good policy", "err", err)
+			} else {
+				s.log.Info("policy reloaded", "revision", s.engine.Revision())
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 func (s *stack) adminHandler() http.Handler {

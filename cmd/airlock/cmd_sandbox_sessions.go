@@ -99,6 +99,15 @@ func parseEnvFlags(kvs []string) (map[string]string, error) {
 // addSessionCmds adds create, exec, cp, ls, rm and patch to `airlock sandbox`.
 func addSessionCmds(sb *cobra.Command) {
 	var af adminFlags
+	for _, c := range []*cobra.Command{newSessionCreateCmd(&af), newExecCmd(&af), newSessionCpCmd(&af),
+		newSessionLsCmd(&af), newSessionRmCmd(&af), newSessionPatchCmd(&af)} {
+		af.bind(c)
+		sb.AddCommand(c)
+	}
+}
+
+// newSessionCreateCmd is `airlock sandbox create`.
+func newSessionCreateCmd(af *adminFlags) *cobra.Command {
 	var sf specFlags
 	create := &cobra.Command{
 		Use:   "create [flags]",
@@ -129,9 +138,11 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 		},
 	}
 	sf.bind(create)
+	return create
+}
 
-	exec := newExecCmd(&af)
-
+// newSessionCpCmd is `airlock sandbox cp`.
+func newSessionCpCmd(af *adminFlags) *cobra.Command {
 	cp := &cobra.Command{
 		Use:   "cp SRC ID:PATH | ID:PATH DST",
 		Short: "Copy a file into or out of a sandbox (PATH under /workspace or /tmp)",
@@ -165,7 +176,11 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 			return errors.New("one side must be ID:PATH (a sandbox path), the other a local file")
 		},
 	}
+	return cp
+}
 
+// newSessionLsCmd is `airlock sandbox ls`.
+func newSessionLsCmd(af *adminFlags) *cobra.Command {
 	ls := &cobra.Command{
 		Use: "ls", Short: "List the sandboxes of an airlock proxy", Args: cobra.NoArgs,
 		Example: "  airlock sandbox ls --admin http://127.0.0.1:9090 --token-file ~/.airlock-issuer",
@@ -191,7 +206,11 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 			return tw.Flush()
 		},
 	}
+	return ls
+}
 
+// newSessionRmCmd is `airlock sandbox rm`.
+func newSessionRmCmd(af *adminFlags) *cobra.Command {
 	rm := &cobra.Command{
 		Use: "rm ID", Short: "Destroy a sandbox and print its run report (JSON)", Args: cobra.ExactArgs(1),
 		Example: "  airlock sandbox rm sbx-1a2b > report.json",
@@ -209,7 +228,11 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 			return err
 		},
 	}
+	return rm
+}
 
+// newSessionPatchCmd is `airlock sandbox patch`.
+func newSessionPatchCmd(af *adminFlags) *cobra.Command {
 	patch := &cobra.Command{
 		Use: "patch ID", Short: "Print a copy-on-write sandbox's changes as a git-style patch", Args: cobra.ExactArgs(1),
 		Example: "  airlock sandbox patch sbx-1a2b | git -C /srv/repo apply",
@@ -226,10 +249,7 @@ Policy, audit and listeners are the proxy's; the flags shape the sandbox only.`,
 			return err
 		},
 	}
-	for _, c := range []*cobra.Command{create, exec, cp, ls, rm, patch} {
-		af.bind(c)
-		sb.AddCommand(c)
-	}
+	return patch
 }
 
 // remotePath splits "ID:PATH" (PATH absolute).

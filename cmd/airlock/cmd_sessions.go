@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/session"
 )
 
@@ -24,7 +25,7 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 		ProtectedPaths: cfg.Sandbox.ProtectedPaths, HiddenPaths: cfg.hiddenPaths(configFile(cmd)),
 		Nofile: int64(cfg.Sandbox.Nofile), Ptys: int64(cfg.Sandbox.Ptys), Inodes: int64(cfg.Sandbox.Inodes),
 		CABundle: caBundle(s.ca.CertPEM()), Proxy: s.proxy, Logger: s.log, PolicyRevision: s.engine.Revision(),
-		OnEvent: s.lifecycleEvent,
+		OnEvent: s.lifecycleEvent, Backend: &native.Native{},
 	}
 	if cfg.Sandbox.Memory != "" {
 		n, err := sandbox.ParseSize(cfg.Sandbox.Memory)
@@ -71,23 +72,16 @@ func (s *stack) sessionRoutes(m *session.Manager) func(chi.Router) {
 }
 
 // lifecycleEvent records a sandbox's lifecycle event in the audit log.
-func (s *stack) lifecycleEvent(ctx context.Context, kind string, fields map[string]any) {
-	ev := audit.Event{Kind: event.Kind(kind), Decision: event.DecisionLifecycle, PolicyRev: s.engine.Revision()}
-	if id, ok := fields["sandbox"].(string); ok {
-		ev.SandboxID = id
+func (s *stack) lifecycleEvent(ctx context.Context, ev sandbox.Event) {
+	if s.audit == nil {
+		return
 	}
-	if l, ok := fields["labels"].(map[string]string); ok {
-		ev.Labels = l
+	rec := audit.Event{Kind: event.Kind(ev.Kind), Decision: event.DecisionLifecycle, PolicyRev: s.engine.Revision(),
+		SandboxID: ev.SandboxID, Labels: ev.Labels, Status: ev.ExitCode}
+	if ev.Error != "" {
+		rec.ErrorClass = "sandbox"
 	}
-	if v, ok := fields["exit_code"].(int); ok {
-		ev.Status = v
-	}
-	if e, ok := fields["error"].(string); ok && e != "" {
-		ev.ErrorClass = "sandbox"
-	}
-	if s.audit != nil {
-		if err := s.audit.Record(ctx, ev); err != nil {
-			s.log.Error("audit record failed", "err", err)
-		}
+	if err := s.audit.Record(ctx, rec); err != nil {
+		s.log.Error("audit record failed", "err", err)
 	}
 }

@@ -25,6 +25,12 @@ func newPolicyCmd() *cobra.Command {
 		Example: `  airlock policy test ./policy
   echo '{"version":1,"phase":"request","sandbox":{"id":"s"},"request":{"method":"GET","scheme":"https","host":"pypi.org","port":443,"path":"/simple/requests/"}}' | airlock policy eval --input -`,
 	}
+	cmd.AddCommand(newPolicyTestCmd(), newPolicyEvalCmd())
+	return cmd
+}
+
+// newPolicyTestCmd is `airlock policy test`.
+func newPolicyTestCmd() *cobra.Command {
 	var verbose bool
 	test := &cobra.Command{
 		Use:   "test [DIR]",
@@ -49,6 +55,11 @@ func newPolicyCmd() *cobra.Command {
 		},
 	}
 	test.Flags().BoolVarP(&verbose, "verbose", "v", false, "list every test")
+	return test
+}
+
+// newPolicyEvalCmd is `airlock policy eval`.
+func newPolicyEvalCmd() *cobra.Command {
 	var policy, input string
 	var explain bool
 	eval := &cobra.Command{
@@ -58,48 +69,51 @@ func newPolicyCmd() *cobra.Command {
 		Example: `  airlock policy eval --policy ./policy --input req.json
   airlock policy eval --input - --explain < req.json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if input == "" {
-				return errors.New("--input is required (a file, or - for standard input)")
-			}
-			var b []byte
-			var err error
-			if input == "-" {
-				b, err = io.ReadAll(cmd.InOrStdin())
-			} else {
-				b, err = os.ReadFile(input)
-			}
-			if err != nil {
-				return fmt.Errorf("read input: %w", err)
-			}
-			in, err := rego.ParseInputJSON(b)
-			if err != nil {
-				return err
-			}
-			eng, err := rego.New(cmd.Context(), policyOptions(&Config{Policy: policy}, nil))
-			if err != nil {
-				return fmt.Errorf("policy: %w", err)
-			}
-			d, trace, err := eng.Eval(cmd.Context(), in, explain)
-			if err != nil {
-				return err
-			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(d); err != nil {
-				return err
-			}
-			if explain {
-				fmt.Fprintln(cmd.ErrOrStderr(), trace)
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runPolicyEval(cmd, policy, input, explain) },
 	}
 	eval.Flags().StringVar(&policy, "policy", "", "policy directory, bundle file or URL (default: the shipped policy)")
 	eval.Flags().StringVar(&input, "input", "", "input JSON file, or - for standard input")
 	eval.Flags().BoolVar(&explain, "explain", false, "print OPA's trace of the evaluation to stderr")
-	cmd.AddCommand(test, eval)
-	return cmd
+	return eval
+}
+
+// runPolicyEval prints the decision of the policy for the input file (- for stdin), and
+// OPA's trace on stderr when explain is set.
+func runPolicyEval(cmd *cobra.Command, policy, input string, explain bool) error {
+	if input == "" {
+		return errors.New("--input is required (a file, or - for standard input)")
+	}
+	var b []byte
+	var err error
+	if input == "-" {
+		b, err = io.ReadAll(cmd.InOrStdin())
+	} else {
+		b, err = os.ReadFile(input)
+	}
+	if err != nil {
+		return fmt.Errorf("read input: %w", err)
+	}
+	in, err := rego.ParseInputJSON(b)
+	if err != nil {
+		return err
+	}
+	eng, err := rego.New(cmd.Context(), policyOptions(&Config{Policy: policy}, nil))
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	d, trace, err := eng.Eval(cmd.Context(), in, explain)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(d); err != nil {
+		return err
+	}
+	if explain {
+		fmt.Fprintln(cmd.ErrOrStderr(), trace)
+	}
+	return nil
 }
 
 func homeDir() string {
@@ -196,35 +210,46 @@ func newAuditCmd() *cobra.Command {
 }
 
 func newApprovalsCmd() *cobra.Command {
-	var addr, tokenFile string
+	var af approverFlags
 	cmd := &cobra.Command{
 		Use:   "approvals",
 		Short: "List and decide requests held for approval (talks to the admin API)",
 		Example: `  airlock approvals list --token-file ~/.airlock-approver
   airlock approvals approve apr-46fe60a07e229987aa316732 --comment "ok, release notes only"`,
 	}
-	cmd.PersistentFlags().StringVar(&addr, "admin", "http://127.0.0.1:9090", "admin API base URL")
-	cmd.PersistentFlags().StringVar(&tokenFile, "token-file", "", "file with your approver token (or $AIRLOCK_APPROVER_TOKEN)")
-	client := func() (*approval.Client, error) {
-		tok := os.Getenv("AIRLOCK_APPROVER_TOKEN")
-		if tokenFile != "" {
-			b, err := os.ReadFile(tokenFile)
-			if err != nil {
-				return nil, err
-			}
-			tok = string(trimSpace(b))
+	cmd.PersistentFlags().StringVar(&af.addr, "admin", "http://127.0.0.1:9090", "admin API base URL")
+	cmd.PersistentFlags().StringVar(&af.tokenFile, "token-file", "", "file with your approver token (or $AIRLOCK_APPROVER_TOKEN)")
+	cmd.AddCommand(newApprovalsListCmd(&af), newApprovalsShowCmd(&af),
+		newApprovalsDecideCmd(&af, "approve"), newApprovalsDecideCmd(&af, "deny"), newApprovalsDecideCmd(&af, "cancel"))
+	return cmd
+}
+
+// approverFlags are how the approvals commands reach the admin API.
+type approverFlags struct{ addr, tokenFile string }
+
+func (a *approverFlags) client() (*approval.Client, error) {
+	tok := os.Getenv("AIRLOCK_APPROVER_TOKEN")
+	if a.tokenFile != "" {
+		b, err := os.ReadFile(a.tokenFile)
+		if err != nil {
+			return nil, err
 		}
-		if tok == "" {
-			return nil, errors.New("an approver token is required: --token-file or $AIRLOCK_APPROVER_TOKEN")
-		}
-		return &approval.Client{BaseURL: addr, Token: tok}, nil
+		tok = string(trimSpace(b))
 	}
+	if tok == "" {
+		return nil, errors.New("an approver token is required: --token-file or $AIRLOCK_APPROVER_TOKEN")
+	}
+	return &approval.Client{BaseURL: a.addr, Token: tok}, nil
+}
+
+// newApprovalsListCmd is `airlock approvals list`.
+func newApprovalsListCmd(af *approverFlags) *cobra.Command {
 	var state string
 	list := &cobra.Command{
 		Use: "list", Short: "List approvals (pending by default)", Args: cobra.NoArgs,
 		Example: "  airlock approvals list --state all",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := client()
+			c, err := af.client()
 			if err != nil {
 				return err
 			}
@@ -248,12 +273,17 @@ func newApprovalsCmd() *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&state, "state", "pending", "pending, approved, denied, cancelled, expired, disconnected or all")
+	return list
+}
+
+// newApprovalsShowCmd is `airlock approvals show`.
+func newApprovalsShowCmd(af *approverFlags) *cobra.Command {
 	var rawBody bool
 	show := &cobra.Command{
 		Use: "show ID", Short: "Show one approval as JSON (headers, warnings, body preview), or its whole body", Args: cobra.ExactArgs(1),
 		Example: "  airlock approvals show apr-46fe60a07e229987aa316732\n  airlock approvals show apr-46fe60a07e229987aa316732 --body > body.bin",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := client()
+			c, err := af.client()
 			if err != nil {
 				return err
 			}
@@ -273,36 +303,37 @@ func newApprovalsCmd() *cobra.Command {
 		},
 	}
 	show.Flags().BoolVar(&rawBody, "body", false, "write the exact held body (all of it) to stdout instead")
+	return show
+}
+
+// newApprovalsDecideCmd is `airlock approvals approve`, `deny` or `cancel` (verb).
+func newApprovalsDecideCmd(af *approverFlags, verb string) *cobra.Command {
 	var comment string
-	decide := func(verb string) *cobra.Command {
-		c := &cobra.Command{
-			Use: verb + " ID", Short: verb + " a held request", Args: cobra.ExactArgs(1),
-			Example: "  airlock approvals list\n  airlock approvals " + verb + ` apr-46fe60a07e229987aa316732 --comment "reason"`,
-			RunE: func(cmd *cobra.Command, args []string) error {
-				cl, err := client()
-				if err != nil {
-					return err
-				}
-				var r approval.Record
-				switch verb {
-				case "approve":
-					r, err = cl.Approve(cmd.Context(), args[0], comment)
-				case "deny":
-					r, err = cl.Deny(cmd.Context(), args[0], comment)
-				default:
-					r, err = cl.Cancel(cmd.Context(), args[0], comment)
-				}
-				if err != nil {
-					return err
-				}
-				return printJSON(cmd.OutOrStdout(), r)
-			},
-		}
-		c.Flags().StringVar(&comment, "comment", "", "comment recorded with the decision (shown to the agent on deny and cancel)")
-		return c
+	c := &cobra.Command{
+		Use: verb + " ID", Short: verb + " a held request", Args: cobra.ExactArgs(1),
+		Example: "  airlock approvals list\n  airlock approvals " + verb + ` apr-46fe60a07e229987aa316732 --comment "reason"`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := af.client()
+			if err != nil {
+				return err
+			}
+			var r approval.Record
+			switch verb {
+			case "approve":
+				r, err = cl.Approve(cmd.Context(), args[0], comment)
+			case "deny":
+				r, err = cl.Deny(cmd.Context(), args[0], comment)
+			default:
+				r, err = cl.Cancel(cmd.Context(), args[0], comment)
+			}
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), r)
+		},
 	}
-	cmd.AddCommand(list, show, decide("approve"), decide("deny"), decide("cancel"))
-	return cmd
+	c.Flags().StringVar(&comment, "comment", "", "comment recorded with the decision (shown to the agent on deny and cancel)")
+	return c
 }
 
 // printJSON writes v as indented JSON in which every character that does not show as itself

@@ -204,33 +204,7 @@ type UpstreamProxyAuth struct {
 
 // Validate reports every problem it finds, each naming the key at fault (errors.Join).
 func (c *Config) Validate() error {
-	var errs []error
-	if c.UpstreamProxy != "" && c.UpstreamProxy != "none" {
-		if _, err := proxy.ParseParentURL(c.UpstreamProxy); err != nil {
-			errs = append(errs, fmt.Errorf("upstream_proxy: %w", err))
-		}
-	}
-	if a := c.UpstreamProxyAuth; (a.Env != "") && (a.File != "") || (a.Credential != "" && (a.Env != "" || a.File != "")) {
-		errs = append(errs, fmt.Errorf("upstream_proxy_auth: set one of env, file or credential"))
-	}
-	if n := c.UpstreamProxyAuth.Credential; n != "" {
-		if _, ok := c.Credentials[n]; !ok {
-			errs = append(errs, fmt.Errorf("upstream_proxy_auth.credential: %q is not in credentials", n))
-		}
-	}
-	for i, s := range c.AllowPrivate {
-		if _, err := parsePrefix(s); err != nil {
-			errs = append(errs, fmt.Errorf("allow_private[%d]: %w", i, err))
-		}
-	}
-	for i, a := range c.Listen {
-		if err := checkListenAddr(a); err != nil {
-			errs = append(errs, fmt.Errorf("listen[%d]: %w", i, err))
-		}
-	}
-	if err := checkListenAddr(c.AdminListen); err != nil {
-		errs = append(errs, fmt.Errorf("admin_listen: %w", err))
-	}
+	errs := c.networkErrors()
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -269,6 +243,39 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, secrets.ValidateCredentials(c.Credentials))
 	return errors.Join(errs...)
+}
+
+// networkErrors are the problems of the upstream proxy, private ranges and listen
+// addresses, each naming its key.
+func (c *Config) networkErrors() []error {
+	var errs []error
+	if c.UpstreamProxy != "" && c.UpstreamProxy != "none" {
+		if _, err := proxy.ParseParentURL(c.UpstreamProxy); err != nil {
+			errs = append(errs, fmt.Errorf("upstream_proxy: %w", err))
+		}
+	}
+	if a := c.UpstreamProxyAuth; (a.Env != "") && (a.File != "") || (a.Credential != "" && (a.Env != "" || a.File != "")) {
+		errs = append(errs, fmt.Errorf("upstream_proxy_auth: set one of env, file or credential"))
+	}
+	if n := c.UpstreamProxyAuth.Credential; n != "" {
+		if _, ok := c.Credentials[n]; !ok {
+			errs = append(errs, fmt.Errorf("upstream_proxy_auth.credential: %q is not in credentials", n))
+		}
+	}
+	for i, s := range c.AllowPrivate {
+		if _, err := parsePrefix(s); err != nil {
+			errs = append(errs, fmt.Errorf("allow_private[%d]: %w", i, err))
+		}
+	}
+	for i, a := range c.Listen {
+		if err := checkListenAddr(a); err != nil {
+			errs = append(errs, fmt.Errorf("listen[%d]: %w", i, err))
+		}
+	}
+	if err := checkListenAddr(c.AdminListen); err != nil {
+		errs = append(errs, fmt.Errorf("admin_listen: %w", err))
+	}
+	return errs
 }
 
 // checkListenAddr checks a listen address as net.Listen will take it, so that a bad one is

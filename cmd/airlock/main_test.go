@@ -4,11 +4,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 )
 
 // TestMain lets the tests' sandboxes re-execute this binary as their in-namespace stages.
 func TestMain(m *testing.M) {
-	sandbox.Init()
+	native.Init()
 	os.Exit(m.Run())
 }

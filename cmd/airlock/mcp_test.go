@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/session"
 )
 
@@ -24,7 +25,7 @@ func mcpSession(t *testing.T) (*session.Manager, string) {
 		t.Skip("native sandboxes need root (CI runs as root)")
 	}
 	m, err := session.New(session.Options{
-		Base:     sandbox.Options{Backend: &sandbox.Native{StateDir: filepath.Join(os.TempDir(), "airlock-mcp-test-state")}},
+		Base:     sandbox.Options{Backend: &native.Native{StateDir: filepath.Join(os.TempDir(), "airlock-mcp-test-state")}},
 		StateDir: t.TempDir(),
 	}, nil)
 	if err != nil {

@@ -356,14 +356,14 @@ type auditFanout struct {
 	sink      proxy.Auditor // may be nil
 	metrics   *telemetry.Metrics
 	mu        sync.RWMutex
-	observers map[string]func(decision, host string)
+	observers map[string]func(decision event.Decision, host string)
 }
 
-func (f *auditFanout) observe(sandboxID string, fn func(decision, host string)) {
+func (f *auditFanout) observe(sandboxID string, fn func(decision event.Decision, host string)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.observers == nil {
-		f.observers = map[string]func(string, string){}
+		f.observers = map[string]func(event.Decision, string){}
 	}
 	f.observers[sandboxID] = fn
 }
@@ -385,7 +385,7 @@ func (f *auditFanout) Record(ctx context.Context, ev audit.Event) error {
 		if d == event.DecisionApprove && ev.Approver != "" && ev.Status > 0 && ev.Status < 400 {
 			d = event.DecisionApproved
 		}
-		fn(string(d), ev.Host)
+		fn(d, ev.Host)
 	}
 	if f.sink == nil {
 		return nil

@@ -21,11 +21,12 @@ import (
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 func TestMain(m *testing.M) {
-	sandbox.Init()
+	native.Init()
 	os.Exit(m.Run())
 }
 
@@ -111,7 +112,7 @@ func (e *sbxEnv) sandbox(t *testing.T, id string, memory int64) *sandbox.Sandbox
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sb, err := sandbox.New(ctx, sandbox.Options{ID: id, Proxy: e.proxy, CABundle: e.bundle, Memory: memory})
+	sb, err := sandbox.New(ctx, sandbox.Options{Backend: &native.Native{}, ID: id, Proxy: e.proxy, CABundle: e.bundle, Memory: memory})
 	if err != nil {
 		t.Fatal(err)
 	}

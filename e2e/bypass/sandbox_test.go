@@ -18,11 +18,12 @@ import (
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 func TestMain(m *testing.M) {
-	sandbox.Init()
+	native.Init()
 	os.Exit(m.Run())
 }
 
@@ -139,7 +140,7 @@ func TestRequestTargetsFromASandbox(t *testing.T) {
 		t.Skip("no system CA bundle")
 	}
 	ctx := context.Background()
-	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-targets", Proxy: e.proxy, Workspace: ws,
+	sb, err := sandbox.New(ctx, sandbox.Options{Backend: &native.Native{}, ID: "sbx-targets", Proxy: e.proxy, Workspace: ws,
 		CABundle: append(append(sys, '\n'), e.ca.CertPEM()...), Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)

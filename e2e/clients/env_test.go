@@ -14,7 +14,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -26,6 +25,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-proxy/airlock/sandbox/native"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
+
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
@@ -34,7 +36,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	sandbox.Init()
+	native.Init()
 	os.Exit(m.Run())
 }
 
@@ -199,7 +201,7 @@ func newEnv(t *testing.T) *env {
 	}
 	bundle := append(append(sys, '\n'), e.ca.CertPEM()...)
 	e.bundle = bundle
-	e.sb, err = sandbox.New(ctx, sandbox.Options{ID: "sbx-clients", Labels: map[string]string{"suite": "clients"},
+	e.sb, err = sandbox.New(ctx, sandbox.Options{Backend: &native.Native{}, ID: "sbx-clients", Labels: map[string]string{"suite": "clients"},
 		Proxy: e.proxy, CABundle: bundle, Workspace: e.workspace, Timeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
@@ -78,7 +79,7 @@ func newScrubEnv(t *testing.T) *scrubEnv {
 	if err != nil {
 		t.Skip("no system CA bundle")
 	}
-	se.sb, err = sandbox.New(ctx, sandbox.Options{ID: "sbx-scrub", Proxy: p, CABundle: append(append(sys, '\n'), airlockCA.CertPEM()...),
+	se.sb, err = sandbox.New(ctx, sandbox.Options{Backend: &native.Native{}, ID: "sbx-scrub", Proxy: p, CABundle: append(append(sys, '\n'), airlockCA.CertPEM()...),
 		Timeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 )
 
 // TestGitInAProtectedWorkspace: a repository cloned on the host is the read-write
@@ -30,7 +31,7 @@ func TestGitInAProtectedWorkspace(t *testing.T) {
 	}
 	head := e.git.commitOnHost(t, "news for the fetch")
 	ctx := context.Background()
-	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-clients-ws", Proxy: e.proxy, CABundle: e.bundle,
+	sb, err := sandbox.New(ctx, sandbox.Options{Backend: &native.Native{}, ID: "sbx-clients-ws", Proxy: e.proxy, CABundle: e.bundle,
 		Workspace: ws, Timeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 )
 
 // BenchmarkCreateExecDestroy compares sandbox create → first exec → destroy for the native
@@ -24,7 +25,7 @@ func BenchmarkCreateExecDestroy(b *testing.B) {
 		new  func(testing.TB) sandbox.Backend
 	}{
 		{"native", func(testing.TB) sandbox.Backend {
-			return &sandbox.Native{StateDir: filepath.Join(os.TempDir(), "airlock-e2e-bench")}
+			return &native.Native{StateDir: filepath.Join(os.TempDir(), "airlock-e2e-bench")}
 		}},
 		{"docker", func(tb testing.TB) sandbox.Backend { return newBackend(tb, docker.Options{Mode: docker.ModeNetNS}) }},
 	}

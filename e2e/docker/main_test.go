@@ -11,7 +11,6 @@ package docker_test
 import (
 	"context"
 	"fmt"
-	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -22,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
@@ -31,6 +32,7 @@ import (
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 )
 
 const testImage = "airlock-sandbox-test:latest"
@@ -40,7 +42,7 @@ const testImage = "airlock-sandbox-test:latest"
 var probeDir string
 
 func TestMain(m *testing.M) {
-	sandbox.Init()
+	native.Init()
 	os.Exit(setup(m))
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
@@ -81,7 +82,7 @@ func TestFullAuditDiskForwardsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Shutdown(context.Background()) })
-	sb, err := sandbox.New(context.Background(), sandbox.Options{ID: "sbx-audit-full", Proxy: p, CABundle: systemBundle(t, airlockCA.CertPEM())})
+	sb, err := sandbox.New(context.Background(), sandbox.Options{Backend: &native.Native{}, ID: "sbx-audit-full", Proxy: p, CABundle: systemBundle(t, airlockCA.CertPEM())})
 	if err != nil {
 		t.Fatal(err)
 	}

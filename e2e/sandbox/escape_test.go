@@ -8,19 +8,21 @@ package sandbox_test
 
 import (
 	"context"
-	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
+
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/sandbox/sandboxtest"
 )
 
 func TestMain(m *testing.M) {
-	sandbox.Init()
+	native.Init()
 	code := m.Run()
 	if builtBin != "" {
 		os.RemoveAll(filepath.Dir(builtBin))
@@ -36,7 +38,7 @@ func newSandbox(t *testing.T, o sandbox.Options) *sandbox.Sandbox {
 		t.Skip("the escape suite needs root")
 	}
 	if o.Backend == nil {
-		o.Backend = &sandbox.Native{StateDir: filepath.Join(os.TempDir(), "airlock-e2e-state")}
+		o.Backend = &native.Native{StateDir: filepath.Join(os.TempDir(), "airlock-e2e-state")}
 	}
 	s, err := sandbox.New(context.Background(), o)
 	if err != nil {

@@ -5,7 +5,6 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
-	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -13,6 +12,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/airlock-proxy/airlock/sandbox/native"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
@@ -77,7 +79,7 @@ func runIn(t *testing.T, sb *sandbox.Sandbox, script string) (string, int) {
 func TestRealClientsThroughAirlock(t *testing.T) {
 	rp := startRealProxy(t)
 	bundle := systemBundle(t, rp.ca.CertPEM())
-	sb, err := sandbox.New(context.Background(), sandbox.Options{ID: "sbx-clients", Labels: map[string]string{"task": "e2e"},
+	sb, err := sandbox.New(context.Background(), sandbox.Options{Backend: &native.Native{}, ID: "sbx-clients", Labels: map[string]string{"task": "e2e"},
 		Proxy: rp.p, CABundle: bundle})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +133,7 @@ func TestTwoSandboxesAreAttributedApart(t *testing.T) {
 	bundle := systemBundle(t, rp.ca.CertPEM())
 	var sbs []*sandbox.Sandbox
 	for _, id := range []string{"sbx-a", "sbx-b"} {
-		sb, err := sandbox.New(context.Background(), sandbox.Options{ID: id, Proxy: rp.p, CABundle: bundle})
+		sb, err := sandbox.New(context.Background(), sandbox.Options{Backend: &native.Native{}, ID: id, Proxy: rp.p, CABundle: bundle})
 		if err != nil {
 			t.Fatal(err)
 		}

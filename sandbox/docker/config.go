@@ -72,7 +72,7 @@ func (b *Backend) containerSpec(o sandbox.Options, caFile, network, resolver, pt
 			PidsLimit: &pids,
 			NanoCPUs:  int64(o.CPUs * 1e9),
 			Ulimits: []*container.Ulimit{{Name: "nofile", Soft: o.Nofile, Hard: o.Nofile},
-				// What the kernel counts per user (usercounts.go): a sandbox that writes a
+				// What the kernel counts per user (sandbox/usercounts.go): a sandbox that writes a
 				// workspace as its owner shares that user's counts.
 				{Name: "sigpending", Soft: sandbox.SigpendingLimit, Hard: sandbox.SigpendingLimit},
 				{Name: "msgqueue", Soft: sandbox.MsgqueueLimit, Hard: sandbox.MsgqueueLimit}},

@@ -23,11 +23,12 @@ import (
 
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/session"
 )
 
 func main() {
-	sandbox.Init()
+	native.Init()
 	n := flag.Int("n", 200, "execs measured (creates: n/4)")
 	flag.Parse()
 	if err := run(*n); err != nil {
@@ -51,7 +52,7 @@ func run(n int) error {
 	}
 	defer os.RemoveAll(state)
 	m, err := session.New(session.Options{
-		Base:    sandbox.Options{Backend: &sandbox.Native{StateDir: filepath.Join(state, "native")}},
+		Base:    sandbox.Options{Backend: &native.Native{StateDir: filepath.Join(state, "native")}},
 		Decider: eng, StateDir: filepath.Join(state, "sessions"),
 	}, nil)
 	if err != nil {

@@ -1,7 +1,0 @@
-//go:build !cgo
-
-package sandbox
-
-// cHolder reports whether sandbox holders run as C code (stage_linux.c, built only with
-// cgo) rather than as holder_linux.go.
-const cHolder = false
