@@ -114,10 +114,10 @@ func (m *Metrics) RequestDone(ctx context.Context, f RequestFacts) {
 	dec := decisionLabel(f.Decision)
 	m.requests.Add(ctx, 1, m.sets.get(attrKey{"requests", dec, f.Rule, f.Phase}, func() []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("decision", dec), attribute.String("rule", f.Rule), attribute.String("phase", f.Phase)}
-	}))
+	}).add...)
 	m.reqDur.Record(ctx, f.Duration.Seconds(), m.sets.get(attrKey{"duration", dec, f.Phase, ""}, func() []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("decision", dec), attribute.String("phase", f.Phase)}
-	}))
+	}).record...)
 	if f.Redactions > 0 {
 		m.redactions.Add(ctx, f.Redactions, metric.WithAttributes(attribute.String("rule", f.Rule)))
 	}
@@ -154,7 +154,7 @@ func (m *Metrics) PolicyEval(ctx context.Context, phase string, d time.Duration,
 	}
 	m.policyDur.Record(ctx, d.Seconds(), m.sets.get(attrKey{"policy", phase, outcome, ""}, func() []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("phase", phase), attribute.String("outcome", outcome)}
-	}))
+	}).record...)
 }
 
 // ApprovalStarted and ApprovalDone bracket a held request; outcome is approved, denied,
@@ -220,25 +220,33 @@ func (m *Metrics) AuditError(ctx context.Context) {
 }
 
 // attrSets holds the attribute set of each label combination the per-request instruments
-// have seen, as a ready measurement option: building a set (sorting, hashing, allocating)
-// for every request was a sizeable part of the metrics' cost. The combinations are as many
-// as the metrics' own series (decisions × rules × phases); past maxAttrSets, sets are built
-// each time instead of kept.
+// have seen, as ready measurement options: building a set (sorting, hashing, allocating)
+// and the option slice for every request was a sizeable part of the metrics' cost. The
+// combinations are as many as the metrics' own series (decisions × rules × phases); past
+// maxAttrSets, options are built each time instead of kept.
 type attrSets struct {
-	m sync.Map // attrKey → metric.MeasurementOption
+	m sync.Map // attrKey → *attrOpts
 	n atomic.Int64
 }
 
-const maxAttrSets = 4096
+// maxAttrSets bounds the kept sets (a variable for tests).
+var maxAttrSets int64 = 4096
 
 // attrKey names one label combination of one instrument.
 type attrKey struct{ inst, a, b, c string }
 
-func (s *attrSets) get(k attrKey, attrs func() []attribute.KeyValue) metric.MeasurementOption {
+// attrOpts are one attribute set as the options of Add and Record.
+type attrOpts struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+func (s *attrSets) get(k attrKey, attrs func() []attribute.KeyValue) *attrOpts {
 	if o, ok := s.m.Load(k); ok {
-		return o.(metric.MeasurementOption)
+		return o.(*attrOpts)
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(attrs()...))
+	set := metric.WithAttributeSet(attribute.NewSet(attrs()...))
+	o := &attrOpts{add: []metric.AddOption{set}, record: []metric.RecordOption{set}}
 	if s.n.Load() < maxAttrSets {
 		if _, loaded := s.m.LoadOrStore(k, o); !loaded {
 			s.n.Add(1)
