@@ -66,23 +66,38 @@ func (o *OTel) RequestStarted(ctx context.Context, r *http.Request) (context.Con
 }
 
 func (o *OTel) Step(ctx context.Context, step, phase string, out *http.Request) (context.Context, func(string)) {
-	var span trace.Span
+	s := &stepSpan{o: o, phase: phase}
 	switch step {
 	case "policy":
-		start := time.Now()
-		ctx, span = telemetry.StartPolicySpan(ctx, o.T.Tracer(), phase)
-		return ctx, func(errClass string) {
-			o.T.Metrics().PolicyEval(ctx, phase, time.Since(start), errClass != "")
-			telemetry.EndSpan(span, errClass)
-		}
+		s.start, s.policy = time.Now(), true
+		ctx, s.span = telemetry.StartPolicySpan(ctx, o.T.Tracer(), phase)
+		s.ctx = ctx
 	case "upstream":
-		ctx, span = telemetry.StartUpstreamSpan(ctx, o.T.Tracer(), out)
+		ctx, s.span = telemetry.StartUpstreamSpan(ctx, o.T.Tracer(), out)
 	case "approval":
-		ctx, span = telemetry.StartApprovalSpan(ctx, o.T.Tracer(), "")
+		ctx, s.span = telemetry.StartApprovalSpan(ctx, o.T.Tracer(), "")
 	default:
-		ctx, span = o.T.Tracer().Start(ctx, "airlock."+step)
+		ctx, s.span = o.T.Tracer().Start(ctx, "airlock."+step)
 	}
-	return ctx, func(errClass string) { telemetry.EndSpan(span, errClass) }
+	return ctx, s.done
+}
+
+// stepSpan is one step's span and what its end records: one allocation for the step's
+// state instead of one per variable its closure would capture.
+type stepSpan struct {
+	o      *OTel
+	span   trace.Span
+	ctx    context.Context // the policy step's, for its metric
+	phase  string
+	start  time.Time
+	policy bool
+}
+
+func (s *stepSpan) done(errClass string) {
+	if s.policy {
+		s.o.T.Metrics().PolicyEval(s.ctx, s.phase, time.Since(s.start), errClass != "")
+	}
+	telemetry.EndSpan(s.span, errClass)
 }
 
 func (o *OTel) Held(ctx context.Context) func(string, time.Duration) {
