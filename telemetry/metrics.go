@@ -180,8 +180,9 @@ func (m *Metrics) VaultFetch(ctx context.Context, credential, result string) {
 	if m == nil {
 		return
 	}
-	m.vault.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("result", result), attribute.String("credential", credential)))
+	m.vault.Add(ctx, 1, m.sets.get(attrKey{"vault", result, credential, ""}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("result", result), attribute.String("credential", credential)}
+	}).add...)
 }
 
 // SandboxStarted / SandboxEnded track running sandboxes.
