@@ -30,6 +30,12 @@ const (
 	AttrExecID      = "airlock.exec.id"
 )
 
+// The span kinds as options, made once (each call of trace.WithSpanKind allocates).
+var (
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+)
+
 var knownMethods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true,
 	"CONNECT": true, "OPTIONS": true, "TRACE": true, "PATCH": true}
 
@@ -56,7 +62,7 @@ func StartRequestSpan(ctx context.Context, tracer trace.Tracer, r *http.Request,
 		remote = trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(r.Header)))
 	}
 	var buf [3]trace.SpanStartOption
-	opts := append(buf[:0], trace.WithSpanKind(trace.SpanKindServer))
+	opts := append(buf[:0], serverKind)
 	switch {
 	case trustParent && remote.IsValid():
 		ctx = trace.ContextWithRemoteSpanContext(ctx, remote)
@@ -183,14 +189,14 @@ func StartApprovalSpan(ctx context.Context, tracer trace.Tracer, approvalID stri
 
 // StartCredentialSpan starts the child span of a credential fetch (name only).
 func StartCredentialSpan(ctx context.Context, tracer trace.Tracer, credential string) (context.Context, trace.Span) {
-	return tracer.Start(ctx, "airlock.credential.fetch", trace.WithSpanKind(trace.SpanKindClient),
+	return tracer.Start(ctx, "airlock.credential.fetch", clientKind,
 		trace.WithAttributes(attribute.String(AttrCredential, credential)))
 }
 
 // StartUpstreamSpan starts the client span of the upstream call and injects its
 // traceparent into out's headers (replacing any the sandbox sent).
 func StartUpstreamSpan(ctx context.Context, tracer trace.Tracer, out *http.Request) (context.Context, trace.Span) {
-	ctx, span := tracer.Start(ctx, methodAttr(out.Method), trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := tracer.Start(ctx, methodAttr(out.Method), clientKind)
 	if span.IsRecording() {
 		span.SetAttributes(requestStartAttrs(out)...)
 	}
