@@ -16,7 +16,8 @@ import (
 func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	start := len(dst)
 	slow := func() ([]byte, error) { // rare values: what encoding/json gives, or its error
-		b, err := json.Marshal(ev)
+		cp := *ev // a copy escapes to json.Marshal, so that ev does not (it is on its caller's stack)
+		b, err := json.Marshal(&cp)
 		return append(dst[:start], b...), err
 	}
 	if _, off := ev.Time.Zone(); ev.Time.Year() < 0 || ev.Time.Year() > 9999 || off <= -24*3600 || off >= 24*3600 {

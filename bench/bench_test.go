@@ -90,6 +90,16 @@ func TestProcStats(t *testing.T) {
 	if rss <= 0 || peak < rss/2 {
 		t.Errorf("ProcMem = rss %d, peak %d; want rss > 0 and a peak near it", rss, peak)
 	}
+	m, err := ProcRestMem(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Anon <= 0 || m.File <= 0 || m.Anon+m.File > m.RSS {
+		t.Errorf("ProcRestMem = %+v; want anonymous and file-backed parts of RSS", m)
+	}
+	if _, err := ProcRestMem(1 << 30); err == nil {
+		t.Error("ProcRestMem of a pid that does not exist: got no error")
+	}
 	if _, err := ProcCPU(1 << 30); err == nil {
 		t.Error("ProcCPU of a pid that does not exist: got no error")
 	}
@@ -232,6 +242,7 @@ func TestWriteMarkdownRatios(t *testing.T) {
 			row(PeerAirlockPolicy, "airlock", 2000, 600*time.Microsecond, time.Second, 40<<20),
 			{Row: Row{Peer: PeerSquid, Workload: HTTPSmall, Label: "squid"}, Skipped: "skipped: squid is not installed"},
 		}}
+	rep.Rows[1].Rest = &RestMem{RSS: 96 << 20, Anon: 14 << 20, File: 82 << 20}
 	var b strings.Builder
 	if err := rep.WriteMarkdown(&b, "go run ./bench/cmd/airlock-bench"); err != nil {
 		t.Fatal(err)
@@ -247,6 +258,7 @@ func TestWriteMarkdownRatios(t *testing.T) {
 		"| 2.50 | 20 MiB |",                 // 1 s over 4,000 requests: 2.5 s per 10k
 		"| 5.00 (2.00×) | 40 MiB (2.00×) |", // half the requests for the same CPU
 		"squid/http-small: not measured: skipped: squid is not installed",
+		"| airlock-policy/http-small | 96.0 MiB | 14.0 MiB | 82.0 MiB |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)

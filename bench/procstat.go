@@ -70,3 +70,39 @@ func ResetPeak(pid int) error {
 	}
 	return nil
 }
+
+// RestMem is a process's resident memory split by kind (/proc/PID/status): RSS is VmRSS,
+// Anon is RssAnon (heap, stacks: what the process itself allocated), File is RssFile
+// (pages of its binary and libraries, shared with the page cache and reclaimable; how many
+// are mapped depends on what the kernel had cached and read ahead).
+type RestMem struct {
+	RSS, Anon, File int64 // bytes
+}
+
+// ProcRestMem reads process pid's RestMem.
+func ProcRestMem(pid int) (RestMem, error) {
+	var m RestMem
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return m, fmt.Errorf("read memory of pid %d: %w", pid, err)
+	}
+	fields := map[string]*int64{"VmRSS": &m.RSS, "RssAnon": &m.Anon, "RssFile": &m.File}
+	seen := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		dst := fields[k]
+		if !ok || dst == nil {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return m, fmt.Errorf("parse /proc/%d/status %s: %q", pid, k, v)
+		}
+		*dst = kb << 10
+		seen++
+	}
+	if seen != len(fields) {
+		return m, fmt.Errorf("parse /proc/%d/status: VmRSS, RssAnon or RssFile missing", pid)
+	}
+	return m, nil
+}

@@ -142,6 +142,7 @@ func (r *Report) WriteMarkdown(w io.Writer, command string) error {
 		}
 		b.WriteString("\n")
 	}
+	writeRestMem(&b, r.Rows)
 	for _, n := range notes {
 		fmt.Fprintf(&b, "\n- %s", n)
 	}
@@ -182,5 +183,25 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
 	default:
 		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	}
+}
+
+// writeRestMem is the table of each proxy's memory at rest (after start, before load).
+func writeRestMem(b *strings.Builder, rows []*RowResult) {
+	n := 0
+	for _, rr := range rows {
+		if rr.Rest == nil {
+			continue
+		}
+		if n == 0 {
+			b.WriteString("\n### Memory at rest\n\nEach proxy process after start and " + restSettle.String() +
+				" idle, before any load (/proc/PID/status). Anonymous memory (RssAnon) is what the process allocated itself; " +
+				"file-backed (RssFile) are pages of its binary and libraries, shared and reclaimable, their number depending on the page cache.\n\n" +
+				"| row | RSS | anonymous (RssAnon) | file-backed (RssFile) |\n|---|--:|--:|--:|\n")
+		}
+		n++
+		m := rr.Rest
+		fmt.Fprintf(b, "| %s | %.1f MiB | %.1f MiB | %.1f MiB |\n", rr.Row.ID(),
+			float64(m.RSS)/(1<<20), float64(m.Anon)/(1<<20), float64(m.File)/(1<<20))
 	}
 }

@@ -82,6 +82,7 @@ type RowResult struct {
 	Samples map[int][]Sample // by concurrency, one per round
 	Skipped string           // why the row was not measured
 	Failed  string           // why measuring stopped
+	Rest    *RestMem         // the proxy's memory after start, before any load; nil for direct
 }
 
 // Report is a Run's outcome.
@@ -94,6 +95,30 @@ type Report struct {
 	Profile  *ProfileResult
 	Scale    *ScaleResult
 	Versions map[string]string
+}
+
+// restSettle is how long the started proxies rest before their memory is read.
+const restSettle = time.Second
+
+// readRestMem reads each started proxy's memory at rest: after start and restSettle, before
+// any load. A process whose memory cannot be read is reported without it.
+func readRestMem(o Options, rows []*RowResult, procs map[string]*Process) {
+	if len(procs) == 0 {
+		return
+	}
+	time.Sleep(restSettle)
+	for _, rr := range rows {
+		p := procs[rr.Row.ID()]
+		if p == nil {
+			continue
+		}
+		m, err := ProcRestMem(p.PID())
+		if err != nil {
+			fmt.Fprintf(o.Log, "%s: memory at rest: %v\n", rr.Row.ID(), err)
+			continue
+		}
+		rr.Rest = &m
+	}
 }
 
 // Run measures every row.
@@ -164,6 +189,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		procs[row.ID()] = p
 	}
+
+	readRestMem(o, rep.Rows, procs)
 
 	runs := 0
 	for _, rr := range rep.Rows {

@@ -16,8 +16,10 @@ import (
 
 	"github.com/elazarl/goproxy"
 
+	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/telemetry"
 )
 
 // BenchmarkRequest measures one keep-alive request's cost through each path, side by side in
@@ -55,6 +57,9 @@ func BenchmarkRequest(b *testing.B) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	go p.Serve(ln)
 	defer p.Shutdown(context.Background())
+	// The same proxy as airlock-http with what the default config turns on besides: the audit
+	// log (its default durability, group commit) and OTel (spans not exported, metrics on).
+	fullLn := benchFullProxy(b, eng, c, upCAs)
 
 	roots := x509.NewCertPool()
 	roots.AddCert(c.Certificate())
@@ -91,10 +96,45 @@ func BenchmarkRequest(b *testing.B) {
 	b.Run("airlock-http", func(b *testing.B) {
 		run(b, client(ln.Addr().String(), ""), "http://pypi.org:"+mustURL(up.URL).Port()+"/simple/")
 	})
+	b.Run("airlock-http-audit-otel", func(b *testing.B) {
+		run(b, client(fullLn.Addr().String(), ""), "http://pypi.org:"+mustURL(up.URL).Port()+"/simple/")
+	})
 	b.Run("airlock-https-intercepted", func(b *testing.B) {
 		run(b, client(ln.Addr().String(), ""), "https://pypi.org:"+upTLSPort+"/simple/")
 	})
 	_ = upHost
+}
+
+// benchFullProxy starts a proxy like BenchmarkRequest's with an audit log in a temporary
+// directory and OTel telemetry, as airlock proxy runs by default.
+func benchFullProxy(b *testing.B, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPool) net.Listener {
+	b.Helper()
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		b.Setenv(k, "")
+	}
+	tel, err := telemetry.Setup(context.Background(), telemetry.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tel.Shutdown(context.Background()) })
+	sink, err := audit.Open(audit.Options{Path: filepath.Join(b.TempDir(), "audit.jsonl")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { sink.Close() })
+	p, err := New(Options{Decider: eng, CA: c, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		UpstreamCAs: upCAs, Resolver: staticResolver{netip.MustParseAddr("127.0.0.1")},
+		Auditor: sink, Telemetry: &OTel{T: tel}, PolicyRevision: eng.Revision})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go p.Serve(ln)
+	b.Cleanup(func() { p.Shutdown(context.Background()) })
+	return ln
 }
 
 const benchPolicy = `package airlock

@@ -128,7 +128,7 @@ func (st *reqState) recordDecision() error {
 		ev.Stage = audit.StageDecision
 		ev.Time = st.start.UTC()
 		if sc := trace.SpanContextFromContext(st.ctx); sc.IsValid() {
-			ev.TraceID, ev.SpanID = sc.TraceID().String(), sc.SpanID().String()
+			ev.TraceID, ev.SpanID = traceIDs(sc)
 		}
 		if err := p.opts.Auditor.Record(st.ctx, ev); err != nil {
 			p.log.Error("audit decision record failed; not forwarding", "err", err, "sandbox", st.ev.SandboxID)

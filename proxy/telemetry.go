@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/hex"
 	"net/http"
 	"time"
 
@@ -58,7 +59,7 @@ func (o *OTel) RequestStarted(ctx context.Context, r *http.Request) (context.Con
 	ctx, span := telemetry.StartRequestSpan(ctx, o.T.Tracer(), r, o.TrustClientTraceparent)
 	return ctx, func(ev *audit.Event) {
 		sc := span.SpanContext()
-		ev.TraceID, ev.SpanID = sc.TraceID().String(), sc.SpanID().String()
+		ev.TraceID, ev.SpanID = traceIDs(sc)
 		f := facts(ev)
 		telemetry.EndRequestSpan(span, f)
 		o.T.Metrics().RequestDone(ctx, f)
@@ -66,28 +67,54 @@ func (o *OTel) RequestStarted(ctx context.Context, r *http.Request) (context.Con
 }
 
 func (o *OTel) Step(ctx context.Context, step, phase string, out *http.Request) (context.Context, func(string)) {
-	var span trace.Span
+	s := &stepSpan{o: o, phase: phase}
 	switch step {
 	case "policy":
-		start := time.Now()
-		ctx, span = telemetry.StartPolicySpan(ctx, o.T.Tracer(), phase)
-		return ctx, func(errClass string) {
-			o.T.Metrics().PolicyEval(ctx, phase, time.Since(start), errClass != "")
-			telemetry.EndSpan(span, errClass)
-		}
+		s.start, s.policy = time.Now(), true
+		ctx, s.span = telemetry.StartPolicySpan(ctx, o.T.Tracer(), phase)
+		s.ctx = ctx
 	case "upstream":
-		ctx, span = telemetry.StartUpstreamSpan(ctx, o.T.Tracer(), out)
+		ctx, s.span = telemetry.StartUpstreamSpan(ctx, o.T.Tracer(), out)
 	case "approval":
-		ctx, span = telemetry.StartApprovalSpan(ctx, o.T.Tracer(), "")
+		ctx, s.span = telemetry.StartApprovalSpan(ctx, o.T.Tracer(), "")
 	default:
-		ctx, span = o.T.Tracer().Start(ctx, "airlock."+step)
+		ctx, s.span = o.T.Tracer().Start(ctx, "airlock."+step)
 	}
-	return ctx, func(errClass string) { telemetry.EndSpan(span, errClass) }
+	return ctx, s.done
+}
+
+// stepSpan is one step's span and what its end records: one allocation for the step's
+// state instead of one per variable its closure would capture.
+type stepSpan struct {
+	o      *OTel
+	span   trace.Span
+	ctx    context.Context // the policy step's, for its metric
+	phase  string
+	start  time.Time
+	policy bool
+}
+
+func (s *stepSpan) done(errClass string) {
+	if s.policy {
+		s.o.T.Metrics().PolicyEval(s.ctx, s.phase, time.Since(s.start), errClass != "")
+	}
+	telemetry.EndSpan(s.span, errClass)
 }
 
 func (o *OTel) Held(ctx context.Context) func(string, time.Duration) {
 	o.T.Metrics().ApprovalStarted(ctx)
 	return func(state string, waited time.Duration) { o.T.Metrics().ApprovalDone(ctx, state, waited) }
+}
+
+// traceIDs are the span context's trace and span ids in hex, as TraceID.String and
+// SpanID.String give them, with one allocation each instead of two: they are formatted
+// for both of a request's audit records.
+func traceIDs(sc trace.SpanContext) (traceID, spanID string) {
+	var buf [48]byte
+	t, s := sc.TraceID(), sc.SpanID()
+	hex.Encode(buf[:32], t[:])
+	hex.Encode(buf[32:], s[:])
+	return string(buf[:32]), string(buf[32:])
 }
 
 func facts(ev *audit.Event) telemetry.RequestFacts {

@@ -25,6 +25,7 @@ type snapshot struct {
 	store    storage.Store
 	txn      storage.Transaction // a read transaction held for the snapshot's life: the store is never written
 	use      inputUse            // which optional input parts the policy reads
+	sbx      sandboxTerms        // the sandbox part of the last input, reused by the next
 	cache    *decisionCache      // nil when the policy is not cacheable
 	// bodyAware is data.body_aware: the destinations whose JSON bodies the policy reads.
 	bodyAware bodyAware

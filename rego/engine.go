@@ -201,7 +201,7 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 		WithCompiler(snap.compiler).
 		WithStore(snap.store).
 		WithTransaction(snap.txn).
-		WithInput(ast.NewTerm(inputValue(in, snap.use))).
+		WithInput(ast.NewTerm(inputValueReusing(in, snap.use, &snap.sbx))).
 		WithCancel(cancel).
 		WithMetrics(metrics.NoOp()).
 		WithStrictBuiltinErrors(true).

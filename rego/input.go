@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -46,43 +48,52 @@ var (
 // shape is the JSON form of Input: scheme, path, query, headers, body, mcp and graphql are
 // left out when empty; labels is always an object. Query, headers, body and an MCP call's
 // arguments and id are left out too when the policy never reads them (use).
-func inputValue(in *Input, use inputUse) ast.Value {
-	labels := ast.NewObjectWithCapacity(len(in.Sandbox.Labels))
-	for k, v := range in.Sandbox.Labels {
-		labels.Insert(ast.InternedTerm(k), ast.InternedTerm(v))
-	}
-	sbx := ast.NewObjectWithCapacity(2)
-	sbx.Insert(keyID, ast.InternedTerm(in.Sandbox.ID))
-	sbx.Insert(keyLabels, ast.NewTerm(labels))
+//
+// Objects are made with ast.NewObject from all their items at once, which allocates their
+// elements in one block instead of one per key: the input is built for every evaluation.
+func inputValue(in *Input, use inputUse) ast.Value { return inputValueReusing(in, use, nil) }
 
+// inputValueReusing is inputValue taking the sandbox object from sbx when it has it.
+func inputValueReusing(in *Input, use inputUse, sbx *sandboxTerms) ast.Value {
+	st := sbx.term(&in.Sandbox)
 	if in.Phase == PhaseExec {
-		top := ast.NewObjectWithCapacity(4)
-		top.Insert(keyVersion, ast.InternedTerm(in.Version))
-		top.Insert(keyPhase, ast.InternedTerm(string(in.Phase)))
-		top.Insert(keySandbox, ast.NewTerm(sbx))
-		top.Insert(keyExec, execValue(in.Exec))
-		return top
+		return ast.NewObject(
+			ast.Item(keyVersion, ast.InternedTerm(in.Version)),
+			ast.Item(keyPhase, ast.InternedTerm(string(in.Phase))),
+			ast.Item(keySandbox, st),
+			ast.Item(keyExec, execValue(in.Exec)),
+		)
 	}
+	return ast.NewObject(
+		ast.Item(keyVersion, ast.InternedTerm(in.Version)),
+		ast.Item(keyPhase, ast.InternedTerm(string(in.Phase))),
+		ast.Item(keySandbox, st),
+		ast.Item(keyRequest, requestTerm(&in.Request, use)),
+	)
+}
 
-	r := &in.Request
-	req := ast.NewObjectWithCapacity(7)
-	req.Insert(keyMethod, ast.InternedTerm(r.Method))
+// requestTerm is the input's "request" object.
+func requestTerm(r *RequestInput, use inputUse) *ast.Term {
+	var items [10][2]*ast.Term
+	n := 0
+	add := func(k, v *ast.Term) { items[n] = ast.Item(k, v); n++ }
+	add(keyMethod, ast.InternedTerm(r.Method))
 	if r.Scheme != "" {
-		req.Insert(keyScheme, ast.InternedTerm(r.Scheme))
+		add(keyScheme, ast.InternedTerm(r.Scheme))
 	}
-	req.Insert(keyHost, ast.InternedTerm(r.Host))
-	req.Insert(keyPort, ast.InternedTerm(r.Port))
+	add(keyHost, ast.InternedTerm(r.Host))
+	add(keyPort, ast.InternedTerm(r.Port))
 	if r.Path != "" {
-		req.Insert(keyPath, ast.InternedTerm(r.Path))
+		add(keyPath, ast.InternedTerm(r.Path))
 	}
 	if use.query && len(r.Query) > 0 {
-		req.Insert(keyQuery, multiValue(r.Query))
+		add(keyQuery, multiValue(r.Query))
 	}
 	if use.headers && len(r.Headers) > 0 {
-		req.Insert(keyHeaders, multiValue(r.Headers))
+		add(keyHeaders, multiValue(r.Headers))
 	}
 	if use.body && r.Body != nil && r.Body.Kind != 0 {
-		req.Insert(keyBody, jsonTerm(r.Body))
+		add(keyBody, jsonTerm(r.Body))
 	}
 	if m := r.MCP; m != nil {
 		obj := ast.NewObjectWithCapacity(4)
@@ -98,7 +109,7 @@ func inputValue(in *Input, use inputUse) ast.Value {
 		if use.mcpID && m.ID != nil && m.ID.Kind != 0 {
 			obj.Insert(keyID, jsonTerm(m.ID))
 		}
-		req.Insert(keyMCP, ast.NewTerm(obj))
+		add(keyMCP, ast.NewTerm(obj))
 	}
 	if g := r.GraphQL; g != nil {
 		obj := ast.NewObjectWithCapacity(3)
@@ -111,15 +122,46 @@ func inputValue(in *Input, use inputUse) ast.Value {
 			fields[i] = ast.StringTerm(f)
 		}
 		obj.Insert(keyFields, ast.ArrayTerm(fields...))
-		req.Insert(keyGraphQL, ast.NewTerm(obj))
+		add(keyGraphQL, ast.NewTerm(obj))
 	}
+	return ast.NewTerm(ast.NewObject(items[:n]...))
+}
 
-	top := ast.NewObjectWithCapacity(4)
-	top.Insert(keyVersion, ast.InternedTerm(in.Version))
-	top.Insert(keyPhase, ast.InternedTerm(string(in.Phase)))
-	top.Insert(keySandbox, ast.NewTerm(sbx))
-	top.Insert(keyRequest, ast.NewTerm(req))
-	return top
+// sandboxValue is the input's "sandbox" object: id and labels (always an object).
+func sandboxValue(s *SandboxInput) *ast.Term {
+	labels := make([][2]*ast.Term, 0, len(s.Labels))
+	for k, v := range s.Labels {
+		labels = append(labels, ast.Item(ast.InternedTerm(k), ast.InternedTerm(v)))
+	}
+	return ast.NewTerm(ast.NewObject(
+		ast.Item(keyID, ast.InternedTerm(s.ID)),
+		ast.Item(keyLabels, ast.NewTerm(ast.NewObject(labels...))),
+	))
+}
+
+// sandboxTerms remembers the sandbox object last built, for the next input from the same
+// sandbox (requests come from a few sandboxes, many from each). AST terms are never changed
+// once built, so concurrent evaluations can share one. A nil *sandboxTerms builds every time.
+type sandboxTerms struct {
+	last atomic.Pointer[sandboxTerm]
+}
+
+type sandboxTerm struct {
+	id     string
+	labels map[string]string // a copy: the caller's map may change after the call
+	term   *ast.Term
+}
+
+func (c *sandboxTerms) term(s *SandboxInput) *ast.Term {
+	if c == nil {
+		return sandboxValue(s)
+	}
+	if e := c.last.Load(); e != nil && e.id == s.ID && maps.Equal(e.labels, s.Labels) {
+		return e.term
+	}
+	t := sandboxValue(s)
+	c.last.Store(&sandboxTerm{id: s.ID, labels: maps.Clone(s.Labels), term: t})
+	return t
 }
 
 // execValue is the exec phase's "exec" object; argv and env are always arrays.
@@ -169,15 +211,16 @@ func jsonTerm(v *jsondoc.Value) *ast.Term {
 
 // multiValue turns a query or header map into an object of string arrays.
 func multiValue(m map[string][]string) *ast.Term {
-	obj := ast.NewObjectWithCapacity(len(m))
+	var small [8][2]*ast.Term
+	items := small[:0]
 	for k, vs := range m {
 		terms := make([]*ast.Term, len(vs))
 		for i, v := range vs {
 			terms[i] = ast.InternedTerm(v)
 		}
-		obj.Insert(ast.InternedTerm(k), ast.ArrayTerm(terms...))
+		items = append(items, ast.Item(ast.InternedTerm(k), ast.ArrayTerm(terms...)))
 	}
-	return ast.NewTerm(obj)
+	return ast.NewTerm(ast.NewObject(items...))
 }
 
 // ParseInputJSON reads a policy input in the JSON form of docs/architecture.md (for `airlock policy eval

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -53,6 +54,8 @@ type Metrics struct {
 	redactions                         metric.Int64Counter
 	reqDur, policyDur, approvalWait    metric.Float64Histogram
 	pending, sandboxes, conns          metric.Int64UpDownCounter
+
+	sets attrSets // attribute sets of the per-request instruments, built once each
 
 	mu        sync.Mutex
 	hosts     map[string]struct{} // hosts with their own label
@@ -109,10 +112,12 @@ func (m *Metrics) RequestDone(ctx context.Context, f RequestFacts) {
 		return
 	}
 	dec := decisionLabel(f.Decision)
-	m.requests.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("decision", dec), attribute.String("rule", f.Rule), attribute.String("phase", f.Phase)))
-	m.reqDur.Record(ctx, f.Duration.Seconds(), metric.WithAttributes(
-		attribute.String("decision", dec), attribute.String("phase", f.Phase)))
+	m.requests.Add(ctx, 1, m.sets.get(attrKey{"requests", dec, f.Rule, f.Phase}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("decision", dec), attribute.String("rule", f.Rule), attribute.String("phase", f.Phase)}
+	}).add...)
+	m.reqDur.Record(ctx, f.Duration.Seconds(), m.sets.get(attrKey{"duration", dec, f.Phase, ""}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("decision", dec), attribute.String("phase", f.Phase)}
+	}).record...)
 	if f.Redactions > 0 {
 		m.redactions.Add(ctx, f.Redactions, metric.WithAttributes(attribute.String("rule", f.Rule)))
 	}
@@ -147,8 +152,9 @@ func (m *Metrics) PolicyEval(ctx context.Context, phase string, d time.Duration,
 	if failed {
 		outcome = "error"
 	}
-	m.policyDur.Record(ctx, d.Seconds(), metric.WithAttributes(
-		attribute.String("phase", phase), attribute.String("outcome", outcome)))
+	m.policyDur.Record(ctx, d.Seconds(), m.sets.get(attrKey{"policy", phase, outcome, ""}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("phase", phase), attribute.String("outcome", outcome)}
+	}).record...)
 }
 
 // ApprovalStarted and ApprovalDone bracket a held request; outcome is approved, denied,
@@ -174,8 +180,9 @@ func (m *Metrics) VaultFetch(ctx context.Context, credential, result string) {
 	if m == nil {
 		return
 	}
-	m.vault.Add(ctx, 1, metric.WithAttributes(
-		attribute.String("result", result), attribute.String("credential", credential)))
+	m.vault.Add(ctx, 1, m.sets.get(attrKey{"vault", result, credential, ""}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("result", result), attribute.String("credential", credential)}
+	}).add...)
 }
 
 // SandboxStarted / SandboxEnded track running sandboxes.
@@ -211,4 +218,40 @@ func (m *Metrics) AuditError(ctx context.Context) {
 	if m != nil {
 		m.auditErrs.Add(ctx, 1)
 	}
+}
+
+// attrSets holds the attribute set of each label combination the per-request instruments
+// have seen, as ready measurement options: building a set (sorting, hashing, allocating)
+// and the option slice for every request was a sizeable part of the metrics' cost. The
+// combinations are as many as the metrics' own series (decisions × rules × phases); past
+// maxAttrSets, options are built each time instead of kept.
+type attrSets struct {
+	m sync.Map // attrKey → *attrOpts
+	n atomic.Int64
+}
+
+// maxAttrSets bounds the kept sets (a variable for tests).
+var maxAttrSets int64 = 4096
+
+// attrKey names one label combination of one instrument.
+type attrKey struct{ inst, a, b, c string }
+
+// attrOpts are one attribute set as the options of Add and Record.
+type attrOpts struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+func (s *attrSets) get(k attrKey, attrs func() []attribute.KeyValue) *attrOpts {
+	if o, ok := s.m.Load(k); ok {
+		return o.(*attrOpts)
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(attrs()...))
+	o := &attrOpts{add: []metric.AddOption{set}, record: []metric.RecordOption{set}}
+	if s.n.Load() < maxAttrSets {
+		if _, loaded := s.m.LoadOrStore(k, o); !loaded {
+			s.n.Add(1)
+		}
+	}
+	return o
 }

@@ -30,6 +30,12 @@ const (
 	AttrExecID      = "airlock.exec.id"
 )
 
+// The span kinds as options, made once (each call of trace.WithSpanKind allocates).
+var (
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+)
+
 var knownMethods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true,
 	"CONNECT": true, "OPTIONS": true, "TRACE": true, "PATCH": true}
 
@@ -40,14 +46,23 @@ func methodAttr(m string) string {
 	return "_OTHER"
 }
 
+// Attributes are set once a span is known to be recorded: a span that is not (spans are
+// not exported, so the sampler drops them all) still gets its ids, which audit events and
+// logs carry, without building attributes nobody reads. No sampler airlock can be
+// configured with (OTEL_TRACES_SAMPLER) looks at attributes.
+
 // StartRequestSpan starts the server span for a request from a sandbox, named by its
 // method, with the HTTP semantic-convention attributes http.request.method, server.address,
 // server.port, url.scheme and url.path (never the query or headers). A W3C traceparent
 // sent by the sandbox becomes the parent only when trustParent is true; otherwise the span
 // starts a new trace and links to it, so a sandbox cannot graft itself into our traces.
 func StartRequestSpan(ctx context.Context, tracer trace.Tracer, r *http.Request, trustParent bool) (context.Context, trace.Span) {
-	remote := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(r.Header)))
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(requestStartAttrs(r)...)}
+	var remote trace.SpanContext
+	if _, sent := r.Header["Traceparent"]; sent {
+		remote = trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(r.Header)))
+	}
+	var buf [3]trace.SpanStartOption
+	opts := append(buf[:0], serverKind)
 	switch {
 	case trustParent && remote.IsValid():
 		ctx = trace.ContextWithRemoteSpanContext(ctx, remote)
@@ -59,7 +74,11 @@ func StartRequestSpan(ctx context.Context, tracer trace.Tracer, r *http.Request,
 	default:
 		opts = append(opts, trace.WithNewRoot())
 	}
-	return tracer.Start(ctx, methodAttr(r.Method), opts...)
+	ctx, span := tracer.Start(ctx, methodAttr(r.Method), opts...)
+	if span.IsRecording() {
+		span.SetAttributes(requestStartAttrs(r)...)
+	}
+	return ctx, span
 }
 
 func requestStartAttrs(r *http.Request) []attribute.KeyValue {
@@ -139,6 +158,10 @@ func RequestAttributes(f RequestFacts) []attribute.KeyValue {
 // EndRequestSpan sets the outcome attributes and ends the span. The status is Error for
 // decision error, an error class, or a 5xx; a deny is a normal outcome.
 func EndRequestSpan(span trace.Span, f RequestFacts) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	span.SetAttributes(RequestAttributes(f)...)
 	if f.Decision == event.DecisionError || f.ErrorClass != "" || f.Status >= 500 {
 		desc := f.ErrorClass
@@ -152,7 +175,11 @@ func EndRequestSpan(span trace.Span, f RequestFacts) {
 
 // StartPolicySpan starts the child span of a policy evaluation.
 func StartPolicySpan(ctx context.Context, tracer trace.Tracer, phase string) (context.Context, trace.Span) {
-	return tracer.Start(ctx, "airlock.policy.eval", trace.WithAttributes(attribute.String(AttrPhase, phase)))
+	ctx, span := tracer.Start(ctx, "airlock.policy.eval")
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String(AttrPhase, phase))
+	}
+	return ctx, span
 }
 
 // StartApprovalSpan starts the child span of an approval wait.
@@ -162,15 +189,17 @@ func StartApprovalSpan(ctx context.Context, tracer trace.Tracer, approvalID stri
 
 // StartCredentialSpan starts the child span of a credential fetch (name only).
 func StartCredentialSpan(ctx context.Context, tracer trace.Tracer, credential string) (context.Context, trace.Span) {
-	return tracer.Start(ctx, "airlock.credential.fetch", trace.WithSpanKind(trace.SpanKindClient),
+	return tracer.Start(ctx, "airlock.credential.fetch", clientKind,
 		trace.WithAttributes(attribute.String(AttrCredential, credential)))
 }
 
 // StartUpstreamSpan starts the client span of the upstream call and injects its
 // traceparent into out's headers (replacing any the sandbox sent).
 func StartUpstreamSpan(ctx context.Context, tracer trace.Tracer, out *http.Request) (context.Context, trace.Span) {
-	ctx, span := tracer.Start(ctx, methodAttr(out.Method), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(requestStartAttrs(out)...))
+	ctx, span := tracer.Start(ctx, methodAttr(out.Method), clientKind)
+	if span.IsRecording() {
+		span.SetAttributes(requestStartAttrs(out)...)
+	}
 	out.Header.Del("traceparent")
 	out.Header.Del("tracestate")
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(out.Header))
