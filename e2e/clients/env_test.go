@@ -221,3 +221,39 @@ func (e *env) run(t *testing.T, script string) (string, int) {
 }
 
 func (e *env) pending(t *testing.T) approval.Record { return e2etest.Pending(t, e.approval) }
+
+// clientCase is a script run in the sandbox and what it must show.
+type clientCase struct {
+	name    string
+	script  string
+	want    []string // substrings of the output
+	ok      bool     // exit status 0 wanted (else non-zero)
+	reached string   // an upstream hit that must have happened ("" none)
+	never   string   // an upstream hit that must not have happened
+}
+
+// runCases runs each case in the sandbox, as a subtest, and checks its exit status, its
+// output and the upstream hits it made or must not have made.
+func (e *env) runCases(t *testing.T, cases []clientCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			out, code := e.run(t, tt.script)
+			t.Logf("exit %d:\n%s", code, out)
+			if (code == 0) != tt.ok {
+				t.Errorf("exit status %d, want success=%v; output:\n%s", code, tt.ok, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output does not contain %q:\n%s", w, out)
+				}
+			}
+			if tt.reached != "" && !e.reached(tt.reached) {
+				t.Errorf("upstream never received %q", tt.reached)
+			}
+			if tt.never != "" && e.reached(tt.never) {
+				t.Errorf("upstream received %q, want it refused before", tt.never)
+			}
+		})
+	}
+}
