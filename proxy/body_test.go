@@ -21,6 +21,8 @@ import (
 	gqlparser "github.com/vektah/gqlparser/v2/parser"
 
 	"github.com/airlock-proxy/airlock/approval"
+	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // bodyPolicy reads bodies on /mcp and /graphql of 127.0.0.1 (data.body_aware): MCP protocol
@@ -129,7 +131,7 @@ func newBodyEnv(t *testing.T, opts ...envOpt) *bodyEnv {
 	t.Cleanup(up.Close)
 	be.upURL = up.URL
 	be.env = &env{upstream: make(chan *http.Request, 100)}
-	be.start(t, Options{Decider: policyEngine(t, bodyPolicy, bodyData), Approver: be.approvals}, opts)
+	be.start(t, Options{Decider: e2etest.Policy(t, bodyPolicy, bodyData, rego.Options{}), Approver: be.approvals}, opts)
 	return be
 }
 

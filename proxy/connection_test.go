@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/approval"
+	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // connectionPolicy keys on headers that a sandbox may also name in Connection: /foo is denied
@@ -46,7 +48,7 @@ skip if input.request.headers["x-skip"][_] == "yes"
 
 func withPolicy(t *testing.T, src string) envOpt {
 	t.Helper()
-	eng := policyEngine(t, src, "")
+	eng := e2etest.Policy(t, src, "", rego.Options{})
 	return func(o *Options) { o.Decider = eng }
 }
 

@@ -11,8 +11,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -58,7 +56,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Cleanup(e.https.Close)
 	upstreamCAs := x509.NewCertPool()
 	upstreamCAs.AddCert(e.https.Certificate())
-	e.start(t, Options{Decider: policyEngine(t, testPolicy, ""), UpstreamCAs: upstreamCAs}, opts)
+	e.start(t, Options{Decider: e2etest.Policy(t, testPolicy, "", rego.Options{}), UpstreamCAs: upstreamCAs}, opts)
 	return e
 }
 
@@ -88,31 +86,6 @@ func (e *env) start(t *testing.T, o Options, opts []envOpt) {
 	go p.Serve(ln)
 	t.Cleanup(func() { p.Shutdown(context.Background()) })
 	e.proxy, e.addr = p, ln.Addr().String()
-}
-
-// policyEngine compiles policy (and data, a data.json document, unless empty) with the
-// engine's options o.
-func policyEngine(t *testing.T, policy, data string, o ...rego.Options) *rego.Engine {
-	t.Helper()
-	var opts rego.Options
-	if len(o) > 0 {
-		opts = o[0]
-	}
-	opts.Dir = t.TempDir()
-	files := map[string]string{"policy.rego": policy}
-	if data != "" {
-		files["data.json"] = data
-	}
-	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(opts.Dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eng, err := rego.New(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return eng
 }
 
 // client trusts airlock's CA (as a sandbox does through SSL_CERT_FILE) and the proxy.

@@ -167,15 +167,7 @@ func newEnv(t *testing.T) *env {
 	u, _ = url.Parse(plain.URL)
 	e.plainPort = u.Port()
 
-	pdir := filepath.Join(dir, "policy")
-	os.MkdirAll(pdir, 0o700)
-	if err := os.WriteFile(filepath.Join(pdir, "policy.rego"), []byte(policy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := rego.New(ctx, rego.Options{Dir: pdir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := e2etest.Policy(t, policy, "", rego.Options{})
 	e.approval = e2etest.Approvals(t, dir)
 
 	e.ca, err = ca.New()

@@ -118,14 +118,9 @@ func TestParentProxy(t *testing.T) {
 	t.Cleanup(up.Close)
 	upURL, _ := url.Parse(up.URL)
 
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "p.rego"), []byte(`package airlock
+	eng := e2etest.Policy(t, `package airlock
 decision := {"action": "allow", "rule": "all"}
-`), 0o600)
-	eng, err := rego.New(ctx, rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "", rego.Options{})
 	aca, _ := ca.New()
 	roots := x509.NewCertPool()
 	roots.AddCert(upCA.Certificate())

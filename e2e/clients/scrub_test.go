@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -54,14 +53,7 @@ func newScrubEnv(t *testing.T) *scrubEnv {
 	u, _ = url.Parse(plain.URL)
 	se.plainHTTP = "http://echo.test:" + u.Port()
 
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(e2etest.ReflectPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := rego.New(ctx, rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := e2etest.Policy(t, e2etest.ReflectPolicy, "", rego.Options{})
 	broker, canary := e2etest.CanaryBroker(t, nil)
 	se.canary = canary
 	airlockCA, _ := ca.New()
