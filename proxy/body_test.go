@@ -131,7 +131,7 @@ func newBodyEnv(t *testing.T, opts ...envOpt) *bodyEnv {
 	t.Cleanup(up.Close)
 	be.upURL = up.URL
 	be.env = &env{upstream: make(chan *http.Request, 100)}
-	be.start(t, Options{Decider: e2etest.Policy(t, bodyPolicy, bodyData, rego.Options{}), Approver: be.approvals}, opts)
+	be.start(t, Options{Decider: e2etest.EngineWith(t, rego.Options{}, bodyPolicy, bodyData), Approver: be.approvals}, opts)
 	return be
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/approval"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
@@ -48,7 +47,7 @@ skip if input.request.headers["x-skip"][_] == "yes"
 
 func withPolicy(t *testing.T, src string) envOpt {
 	t.Helper()
-	eng := e2etest.Policy(t, src, "", rego.Options{})
+	eng := e2etest.Engine(t, src)
 	return func(o *Options) { o.Decider = eng }
 }
 

@@ -16,7 +16,6 @@ import (
 
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/identity"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
@@ -56,7 +55,7 @@ func newEnv(t *testing.T, opts ...envOpt) *env {
 	t.Cleanup(e.https.Close)
 	upstreamCAs := x509.NewCertPool()
 	upstreamCAs.AddCert(e.https.Certificate())
-	e.start(t, Options{Decider: e2etest.Policy(t, testPolicy, "", rego.Options{}), UpstreamCAs: upstreamCAs}, opts)
+	e.start(t, Options{Decider: e2etest.Engine(t, testPolicy), UpstreamCAs: upstreamCAs}, opts)
 	return e
 }
 

@@ -19,7 +19,6 @@ import (
 
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/internal/identity"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
@@ -400,7 +399,7 @@ func TestHeldCanaryNeverInApprovalRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { broker.Close(context.Background()) })
-	eng := e2etest.Policy(t, canaryHoldPolicy, "", rego.Options{})
+	eng := e2etest.Engine(t, canaryHoldPolicy)
 	e := newEnv(t, withApprover(svc), func(o *Options) { o.Decider = eng; o.Credentials = broker })
 	tok := mustIssue(t, e.proxy, identity.Identity{ID: "sbx-canary"})
 	c := e.client(url.UserPassword("sbx-canary", tok))

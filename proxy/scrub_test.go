@@ -54,7 +54,7 @@ func newReflectEnvLimits(t *testing.T, limits Limits) *reflectEnv {
 	re.bases = map[string]string{"http": plain.URL, "https/1.1": h1.URL, "https/2": h2.URL}
 
 	log := slog.New(slog.NewJSONHandler(&lockedWriter{w: re.logs, mu: re.logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	eng := e2etest.Policy(t, e2etest.ReflectPolicy, "", rego.Options{Logger: log})
+	eng := e2etest.EngineWith(t, rego.Options{Logger: log}, e2etest.ReflectPolicy, "")
 	broker, canary := e2etest.CanaryBroker(t, log)
 	re.canary = canary
 	pool := x509.NewCertPool()

@@ -31,7 +31,6 @@ import (
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
 )
 
@@ -167,7 +166,7 @@ func newEnv(t *testing.T) *env {
 	u, _ = url.Parse(plain.URL)
 	e.plainPort = u.Port()
 
-	eng := e2etest.Policy(t, policy, "", rego.Options{})
+	eng := e2etest.Engine(t, policy)
 	e.approval = e2etest.Approvals(t, dir)
 
 	e.ca, err = ca.New()

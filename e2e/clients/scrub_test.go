@@ -16,7 +16,6 @@ import (
 
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
@@ -53,7 +52,7 @@ func newScrubEnv(t *testing.T) *scrubEnv {
 	u, _ = url.Parse(plain.URL)
 	se.plainHTTP = "http://echo.test:" + u.Port()
 
-	eng := e2etest.Policy(t, e2etest.ReflectPolicy, "", rego.Options{})
+	eng := e2etest.Engine(t, e2etest.ReflectPolicy)
 	broker, canary := e2etest.CanaryBroker(t, nil)
 	se.canary = canary
 	airlockCA, _ := ca.New()
