@@ -11,37 +11,22 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-proxy/airlock/internal/event"
 )
 
-// State is where a record stands. Only pending changes, and only once; each final state
-// says who or what ended the request.
-type State string
+// State is where a record stands (see event.ApprovalState, where the values are declared
+// once, for telemetry as well).
+type State = event.ApprovalState
 
 const (
-	StatePending  State = "pending"
-	StateApproved State = "approved" // an approver (or the approval service) said yes
-	StateDenied   State = "denied"   // an approver (or the approval service) said no
-	// StateCancelled: an approver withdrew the request without judging it (POST …/cancel).
-	StateCancelled State = "cancelled"
-	StateExpired   State = "expired" // nobody decided before the timeout
-	// StateDisconnected: the agent's connection went away while the request was held.
-	StateDisconnected State = "disconnected"
+	StatePending      = event.ApprovalPending
+	StateApproved     = event.ApprovalApproved
+	StateDenied       = event.ApprovalDenied
+	StateCancelled    = event.ApprovalCancelled
+	StateExpired      = event.ApprovalExpired
+	StateDisconnected = event.ApprovalDisconnected
 )
-
-// Valid reports whether s is one of the states above.
-func (s State) Valid() bool {
-	switch s {
-	case StatePending, StateApproved, StateDenied, StateCancelled, StateExpired, StateDisconnected:
-		return true
-	}
-	return false
-}
-
-// ByApprover reports whether a person or the approval service ended the record (approved,
-// denied, cancelled), as opposed to airlock itself (expired, disconnected).
-func (s State) ByApprover() bool {
-	return s == StateApproved || s == StateDenied || s == StateCancelled
-}
 
 // DecidedBySystem is DecidedBy when airlock itself ended a record (expiry, disconnection).
 const DecidedBySystem = "airlock"

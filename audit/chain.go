@@ -48,18 +48,12 @@ type checkpointLine struct {
 const checkpointVersion = 2
 
 // lineHead is what the chain needs from any line.
+// Its checkpoint fields are set on a checkpoint only; an event's line also has a stage
+// and a request id.
 type lineHead struct {
-	Seq       uint64     `json:"seq"`
-	Prev      string     `json:"prev"`
-	Kind      event.Kind `json:"kind"`
-	V         int        `json:"v"`
-	Time      string     `json:"time"`
-	Hash      string     `json:"hash"`
-	Sig       string     `json:"sig"`
-	KeyID     string     `json:"key_id"`
-	Final     bool       `json:"final"`
-	Stage     Stage      `json:"stage"`
-	RequestID string     `json:"request_id"`
+	checkpointLine
+	Stage     Stage  `json:"stage"`
+	RequestID string `json:"request_id"`
 }
 
 func lineHash(line []byte) string {

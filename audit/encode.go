@@ -51,16 +51,7 @@ func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 		dst = append(dst, '}')
 	}
 	dst = optString(dst, `,"exec_id":`, ev.ExecID)
-	if len(ev.Command) > 0 {
-		dst = append(dst, `,"command":[`...)
-		for i, c := range ev.Command {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendJSONString(dst, c)
-		}
-		dst = append(dst, ']')
-	}
+	dst = optStrings(dst, `,"command":`, ev.Command)
 	dst = optString(dst, `,"method":`, ev.Method)
 	dst = optString(dst, `,"scheme":`, ev.Scheme)
 	dst = optString(dst, `,"host":`, ev.Host)
@@ -73,16 +64,7 @@ func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	dst = optString(dst, `,"rule":`, ev.Rule)
 	dst = optString(dst, `,"reason":`, ev.Reason)
 	dst = optString(dst, `,"policy_revision":`, ev.PolicyRev)
-	if len(ev.Creds) > 0 {
-		dst = append(dst, `,"credentials":[`...)
-		for i, c := range ev.Creds {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendJSONString(dst, c)
-		}
-		dst = append(dst, ']')
-	}
+	dst = optStrings(dst, `,"credentials":`, ev.Creds)
 	dst = optString(dst, `,"approval_id":`, ev.ApprovalID)
 	dst = optString(dst, `,"approver":`, ev.Approver)
 	dst = optInt(dst, `,"status":`, int64(ev.Status))
@@ -107,6 +89,21 @@ func optString(dst []byte, key, v string) []byte {
 		return dst
 	}
 	return appendJSONString(append(dst, key...), v)
+}
+
+// optStrings appends key and the JSON array of ss, unless ss is empty.
+func optStrings(dst []byte, key string, ss []string) []byte {
+	if len(ss) == 0 {
+		return dst
+	}
+	dst = append(append(dst, key...), '[')
+	for i, s := range ss {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, s)
+	}
+	return append(dst, ']')
 }
 
 func optInt(dst []byte, key string, v int64) []byte {

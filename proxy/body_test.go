@@ -8,13 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +21,6 @@ import (
 	gqlparser "github.com/vektah/gqlparser/v2/parser"
 
 	"github.com/airlock-proxy/airlock/approval"
-	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
@@ -113,13 +108,6 @@ func newMCPServer() *mcp.Server {
 
 func newBodyEnv(t *testing.T, opts ...envOpt) *bodyEnv {
 	t.Helper()
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(bodyPolicy), 0o600)
-	os.WriteFile(filepath.Join(dir, "data.json"), []byte(bodyData), 0o600)
-	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
 	be := &bodyEnv{approvals: approvals(t, approval.Config{Timeout: approval.Duration(30 * time.Second)})}
 	srv := newMCPServer()
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
@@ -142,28 +130,8 @@ func newBodyEnv(t *testing.T, opts ...envOpt) *bodyEnv {
 	}))
 	t.Cleanup(up.Close)
 	be.upURL = up.URL
-	c, err := ca.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{ca: c, audit: &e2etest.Recorder{}, upstream: make(chan *http.Request, 100)}
-	o := Options{Decider: eng, CA: c, Auditor: e.audit, Approver: be.approvals,
-		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
-	for _, f := range opts {
-		f(&o)
-	}
-	p, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	t.Cleanup(func() { p.Shutdown(context.Background()) })
-	e.proxy, e.addr = p, ln.Addr().String()
-	be.env = e
+	be.env = &env{upstream: make(chan *http.Request, 100)}
+	be.start(t, Options{Decider: e2etest.EngineWith(t, rego.Options{}, bodyPolicy, bodyData), Approver: be.approvals}, opts)
 	return be
 }
 

@@ -3,14 +3,12 @@ package proxy
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-proxy/airlock/approval"
-	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // connectionPolicy keys on headers that a sandbox may also name in Connection: /foo is denied
@@ -49,14 +47,7 @@ skip if input.request.headers["x-skip"][_] == "yes"
 
 func withPolicy(t *testing.T, src string) envOpt {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := e2etest.Engine(t, src)
 	return func(o *Options) { o.Decider = eng }
 }
 

@@ -68,15 +68,14 @@ func (p *Proxy) hold(r *http.Request, st *reqState, dec rego.Decision, conn net.
 	if res.State.ByApprover() {
 		st.ev.Approver = res.DecidedBy
 	}
-	state := string(res.State)
-	if err != nil {
-		state = "error"
-	}
-	held(state, time.Since(start))
-	if res.Approved() && err == nil {
+	held(res.State, err != nil, time.Since(start))
+	switch {
+	case err != nil:
+		done("approval_error")
+	case res.Approved():
 		done("")
-	} else {
-		done("approval_" + state)
+	default:
+		done("approval_" + string(res.State))
 	}
 	if errors.Is(err, approval.ErrClosed) {
 		return &refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: dec.Rule,

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -19,10 +18,8 @@ import (
 	"testing"
 
 	"github.com/airlock-proxy/airlock/audit"
-	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/rego"
-	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // testPolicy allows GET /allowed* on 127.0.0.1 (and the CONNECT to it), holds POST /write
@@ -55,99 +52,6 @@ decision := {"action": "approve", "rule": "test.write", "reason": "writes need a
 	input.request.path == "/write"
 }
 `
-
-type env struct {
-	proxy    *Proxy
-	ca       *ca.CA
-	addr     string // proxy listener
-	http     *httptest.Server
-	https    *httptest.Server
-	audit    *e2etest.Recorder
-	upstream chan *http.Request
-}
-
-type envOpt func(*Options)
-
-func newEnv(t *testing.T, opts ...envOpt) *env {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(testPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ca.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{ca: c, audit: &e2etest.Recorder{}, upstream: make(chan *http.Request, 100)}
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r2 := r.Clone(context.Background())
-		r2.Body = io.NopCloser(strings.NewReader(string(body)))
-		select {
-		case e.upstream <- r2:
-		default:
-		}
-		w.Header().Set("X-Upstream", "yes")
-		fmt.Fprintf(w, "upstream %s %s host=%s auth=%q body=%q", r.Method, r.URL.Path, r.Host, r.Header.Get("Authorization"), body)
-	})
-	e.http = httptest.NewServer(handler)
-	e.https = httptest.NewTLSServer(handler)
-	t.Cleanup(e.http.Close)
-	t.Cleanup(e.https.Close)
-	upstreamCAs := x509.NewCertPool()
-	upstreamCAs.AddCert(e.https.Certificate())
-	o := Options{
-		Decider:      eng,
-		CA:           c,
-		Auditor:      e.audit,
-		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		UpstreamCAs:  upstreamCAs,
-	}
-	for _, f := range opts {
-		f(&o)
-	}
-	p, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	t.Cleanup(func() { p.Shutdown(context.Background()) })
-	e.proxy, e.addr = p, ln.Addr().String()
-	return e
-}
-
-// client trusts airlock's CA (as a sandbox does through SSL_CERT_FILE) and the proxy.
-func (e *env) client(user *url.Userinfo) *http.Client {
-	roots := x509.NewCertPool()
-	roots.AddCert(e.ca.Certificate())
-	return &http.Client{Transport: &http.Transport{
-		Proxy:           http.ProxyURL(&url.URL{Scheme: "http", Host: e.addr, User: user}),
-		TLSClientConfig: &tls.Config{RootCAs: roots},
-	}}
-}
-
-func get(t *testing.T, c *http.Client, method, u, body string) (*http.Response, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, u, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, u, err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp, string(b)
-}
 
 func TestAllowDenyPlainAndIntercepted(t *testing.T) {
 	e := newEnv(t)
@@ -475,15 +379,6 @@ func TestFailingAuditLogRefusesTraffic(t *testing.T) {
 		}
 		break
 	}
-}
-
-func mustIssue(t *testing.T, p *Proxy, id identity.Identity) string {
-	t.Helper()
-	tok, err := p.IssueToken(context.Background(), id)
-	if err != nil {
-		t.Fatalf("IssueToken(%s): %v", id.ID, err)
-	}
-	return tok
 }
 
 // execCreds is an in-memory ExecCredentials: one command, exec-1 with secret s3cret, of

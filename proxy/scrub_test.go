@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -13,16 +12,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
@@ -58,31 +53,15 @@ func newReflectEnvLimits(t *testing.T, limits Limits) *reflectEnv {
 	t.Cleanup(plain.Close)
 	re.bases = map[string]string{"http": plain.URL, "https/1.1": h1.URL, "https/2": h2.URL}
 
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "p.rego"), []byte(e2etest.ReflectPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	log := slog.New(slog.NewJSONHandler(&lockedWriter{w: re.logs, mu: re.logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	eng, err := rego.New(context.Background(), rego.Options{Dir: dir, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := e2etest.EngineWith(t, rego.Options{Logger: log}, e2etest.ReflectPolicy, "")
 	broker, canary := e2etest.CanaryBroker(t, log)
 	re.canary = canary
-	c, _ := ca.New()
 	pool := x509.NewCertPool()
 	pool.AddCert(h1.Certificate())
 	pool.AddCert(h2.Certificate())
-	re.env = &env{ca: c, audit: &e2etest.Recorder{}}
-	p, err := New(Options{Decider: eng, CA: c, Credentials: broker, Auditor: re.audit, Logger: log, UpstreamCAs: pool, Limits: limits,
-		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go p.Serve(ln)
-	t.Cleanup(func() { p.Shutdown(context.Background()) })
-	re.proxy, re.addr = p, ln.Addr().String()
+	re.env = &env{}
+	re.start(t, Options{Decider: eng, Credentials: broker, Logger: log, UpstreamCAs: pool, Limits: limits}, nil)
 	return re
 }
 

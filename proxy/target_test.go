@@ -2,10 +2,7 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,7 +10,6 @@ import (
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/identity"
-	"github.com/airlock-proxy/airlock/rego"
 )
 
 // targetCases: a request target as sent, and what the policy sees and the upstream receives
@@ -212,15 +208,7 @@ privileged if {
 // intercepted) to a real upstream: each is refused, or the upstream receives exactly the
 // pairs the policy decided on; the decision cache never answers for another query.
 func TestQueryThroughTheProxy(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(queryPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnv(t, func(o *Options) { o.Decider = eng })
+	e := newEnv(t, withPolicy(t, queryPolicy))
 	c := e.client(nil)
 	for _, base := range []string{e.http.URL, e.https.URL} {
 		tests := []struct {

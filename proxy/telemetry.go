@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-proxy/airlock/audit"
+	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/telemetry"
 )
 
@@ -24,8 +25,9 @@ type Telemetry interface {
 	// Step starts a child span: "policy", "approval", "credentials" or "upstream" (whose
 	// traceparent is injected into out). done takes an error class, "" for success.
 	Step(ctx context.Context, step, phase string, out *http.Request) (_ context.Context, done func(errClass string))
-	// Held brackets an approval wait.
-	Held(ctx context.Context) (done func(state string, waited time.Duration))
+	// Held brackets an approval wait. done takes the approval record's final state, or
+	// failed when no answer could be had.
+	Held(ctx context.Context) (done func(state event.ApprovalState, failed bool, waited time.Duration))
 }
 
 type noTelemetry struct{}
@@ -38,8 +40,8 @@ func (noTelemetry) RequestStarted(ctx context.Context, _ *http.Request) (context
 func (noTelemetry) Step(ctx context.Context, _, _ string, _ *http.Request) (context.Context, func(string)) {
 	return ctx, func(string) {}
 }
-func (noTelemetry) Held(context.Context) func(string, time.Duration) {
-	return func(string, time.Duration) {}
+func (noTelemetry) Held(context.Context) func(event.ApprovalState, bool, time.Duration) {
+	return func(event.ApprovalState, bool, time.Duration) {}
 }
 
 // OTel reports to OpenTelemetry through the telemetry package.
@@ -101,9 +103,11 @@ func (s *stepSpan) done(errClass string) {
 	telemetry.EndSpan(s.span, errClass)
 }
 
-func (o *OTel) Held(ctx context.Context) func(string, time.Duration) {
+func (o *OTel) Held(ctx context.Context) func(event.ApprovalState, bool, time.Duration) {
 	o.T.Metrics().ApprovalStarted(ctx)
-	return func(state string, waited time.Duration) { o.T.Metrics().ApprovalDone(ctx, state, waited) }
+	return func(state event.ApprovalState, failed bool, waited time.Duration) {
+		o.T.Metrics().ApprovalDone(ctx, state, failed, waited)
+	}
 }
 
 // traceIDs are the span context's trace and span ids in hex, as TraceID.String and

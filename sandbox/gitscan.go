@@ -295,6 +295,11 @@ func readSmall(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readSmallFile(f)
+}
+
+// readSmallFile reads f, opened without blocking, if it is a regular file of at most 1 MiB.
+func readSmallFile(f *os.File) ([]byte, error) {
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return nil, errors.New("not a regular file")
 	}

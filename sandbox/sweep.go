@@ -400,12 +400,5 @@ func readSmallAt(dir int, name string) ([]byte, error) {
 	}
 	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, errors.New("not a regular file")
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
-	if err == nil && len(b) > 1<<20 {
-		err = errors.New("larger than 1 MiB")
-	}
-	return b, err
+	return readSmallFile(f)
 }

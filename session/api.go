@@ -217,6 +217,22 @@ func (m *Manager) handlePut(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// openStream begins an exec's stream, in either form: it answers the error when the
+// session named in r's path does not exist (ok false), and otherwise lifts the admin
+// listener's read and write timeouts, which do not apply to a command that may run for long.
+// rc is w's controller, to flush the stream with.
+func (m *Manager) openStream(w http.ResponseWriter, r *http.Request) (id string, rc *http.ResponseController, ok bool) {
+	id = chi.URLParam(r, "id")
+	if _, err := m.Get(id); err != nil {
+		writeErr(w, err)
+		return "", nil, false
+	}
+	rc = http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	_ = rc.SetReadDeadline(time.Time{})
+	return id, rc, true
+}
+
 // handleExec serves the plain form: the request body is the ExecRequest, the answer a
 // stream of NDJSON frames, flushed as output comes.
 func (m *Manager) handleExec(w http.ResponseWriter, r *http.Request) {
@@ -229,16 +245,10 @@ func (m *Manager) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, fmt.Errorf("%w: stdin and tty need the WebSocket form of exec (GET with Upgrade: websocket), where input and resize messages travel", ErrBadRequest))
 		return
 	}
-	id := chi.URLParam(r, "id")
-	if _, err := m.Get(id); err != nil {
-		writeErr(w, err)
+	id, rc, ok := m.openStream(w, r)
+	if !ok {
 		return
 	}
-	// A command may run for long: the admin listener's read and write timeouts do not
-	// apply to its stream.
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{})
-	_ = rc.SetReadDeadline(time.Time{})
 	var mu sync.Mutex
 	started := false
 	enc := json.NewEncoder(w)

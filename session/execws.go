@@ -10,10 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/coder/websocket"
-	"github.com/go-chi/chi/v5"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 )
@@ -96,14 +94,10 @@ func parseClientMessage(b []byte, req *ExecRequest, stdinOpen bool) (ClientMessa
 // handleExecWS serves the two-way form: the client's first message is the ExecRequest,
 // then ClientMessages; the server sends the frames of the plain form.
 func (m *Manager) handleExecWS(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
-	if _, err := m.Get(id); err != nil {
-		writeErr(w, err)
+	id, _, ok := m.openStream(w, r)
+	if !ok {
 		return
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{})
-	_ = rc.SetReadDeadline(time.Time{})
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return // Accept answered

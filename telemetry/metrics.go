@@ -157,18 +157,24 @@ func (m *Metrics) PolicyEval(ctx context.Context, phase string, d time.Duration,
 	}).record...)
 }
 
-// ApprovalStarted and ApprovalDone bracket a held request; outcome is approved, denied,
-// expired or error.
+// ApprovalStarted and ApprovalDone bracket a held request.
 func (m *Metrics) ApprovalStarted(ctx context.Context) {
 	if m != nil {
 		m.pending.Add(ctx, 1)
 	}
 }
 
-// ApprovalDone records how long a held request waited and how it ended.
-func (m *Metrics) ApprovalDone(ctx context.Context, outcome string, waited time.Duration) {
+// ApprovalDone records how long a held request waited and how it ended: its outcome label
+// is the approval record's final state (an event.ApprovalState: approved, denied,
+// cancelled, expired, disconnected) or, when failed (no answer could be had, such as the
+// approval store being unavailable), "error".
+func (m *Metrics) ApprovalDone(ctx context.Context, state event.ApprovalState, failed bool, waited time.Duration) {
 	if m == nil {
 		return
+	}
+	outcome := string(state)
+	if failed {
+		outcome = "error"
 	}
 	m.pending.Add(ctx, -1)
 	m.approvalWait.Record(ctx, waited.Seconds(), metric.WithAttributes(attribute.String("outcome", outcome)))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-proxy/airlock/internal/event"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -81,7 +82,7 @@ func TestMetricsAttributes(t *testing.T) {
 	m.PolicyEval(ctx, "request", time.Millisecond, true)
 	m.ApprovalStarted(ctx)
 	m.ApprovalStarted(ctx)
-	m.ApprovalDone(ctx, "approved", 3*time.Second)
+	m.ApprovalDone(ctx, event.ApprovalApproved, false, 3*time.Second)
 	m.VaultFetch(ctx, "github-write", "miss")
 	m.VaultFetch(ctx, "github-write", "hit")
 	m.VaultFetch(ctx, "github-write", "hit")
@@ -199,7 +200,7 @@ func TestPrometheusHandler(t *testing.T) {
 	tel.Metrics().VaultFetch(ctx, "github-write", "error")
 	tel.Metrics().ApprovalStarted(ctx)
 	tel.Metrics().PolicyEval(ctx, "request", time.Millisecond, false)
-	tel.Metrics().ApprovalDone(ctx, "expired", time.Minute)
+	tel.Metrics().ApprovalDone(ctx, event.ApprovalExpired, false, time.Minute)
 	tel.Metrics().SandboxStarted(ctx)
 	tel.Metrics().ConnOpened(ctx)
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -23,19 +24,8 @@ import (
 // file, and checks a denied and an allowed request end up in a verifiable audit log and in
 // the OPA decision log, and the admin API answers.
 func TestProxyStackRecordsEveryDecision(t *testing.T) {
-	home := t.TempDir()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	defer up.Close()
-	upURL, _ := url.Parse(up.URL)
-	policy := filepath.Join(home, "policy")
-	os.MkdirAll(policy, 0o700)
-	os.WriteFile(filepath.Join(policy, "p.rego"), []byte(`package airlock
-default decision := {"action": "deny", "rule": "t.deny", "reason": "no"}
-decision := {"action": "allow", "rule": "t.allow"} if input.request.path == "/ok"
-`), 0o600)
-	cfgPath := filepath.Join(home, "airlock.yaml")
-	os.WriteFile(cfgPath, []byte("home: "+home+"\npolicy: "+policy+"\nallow_private: [127.0.0.0/8]\naudit:\n  decision_log: "+filepath.Join(home, "decisions.jsonl")+"\n"), 0o600)
-	cfg, _, err := loadWithFlags(t, "--config", cfgPath)
+	home, upURL := t.TempDir(), stackUpstream(t)
+	cfg, _, err := loadWithFlags(t, "--config", stackConfig(t, home, "  decision_log: "+filepath.Join(home, "decisions.jsonl")+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,19 +82,8 @@ decision := {"action": "allow", "rule": "t.allow"} if input.request.path == "/ok
 // refusals.suppressed records that add up, while every allowed request keeps its own
 // decision and completion records; the log verifies.
 func TestProxyStackSummarisesRefusalFloods(t *testing.T) {
-	home := t.TempDir()
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	defer up.Close()
-	upURL, _ := url.Parse(up.URL)
-	policy := filepath.Join(home, "policy")
-	os.MkdirAll(policy, 0o700)
-	os.WriteFile(filepath.Join(policy, "p.rego"), []byte(`package airlock
-default decision := {"action": "deny", "rule": "t.deny", "reason": "no"}
-decision := {"action": "allow", "rule": "t.allow"} if input.request.path == "/ok"
-`), 0o600)
-	cfgPath := filepath.Join(home, "airlock.yaml")
-	os.WriteFile(cfgPath, []byte("home: "+home+"\npolicy: "+policy+"\nallow_private: [127.0.0.0/8]\naudit:\n  refusal_burst: 4\n  refusal_interval: 1h\n"), 0o600)
-	cfg, _, err := loadWithFlags(t, "--config", cfgPath)
+	home, upURL := t.TempDir(), stackUpstream(t)
+	cfg, _, err := loadWithFlags(t, "--config", stackConfig(t, home, "  refusal_burst: 4\n  refusal_interval: 1h\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,4 +138,31 @@ decision := {"action": "allow", "rule": "t.allow"} if input.request.path == "/ok
 		t.Errorf("refusals: %d one by one + %d summarised, want 4 + %d; allowed: %d decisions, %d completions, want %d each",
 			single, suppressed, denied-4, decisions, completions, allowed)
 	}
+}
+
+// stackUpstream is an upstream that answers "ok" to everything, until the test ends.
+func stackUpstream(t *testing.T) *url.URL {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	return u
+}
+
+// stackConfig writes, in home, a policy that allows /ok and denies the rest (rule t.deny)
+// and a config file using it with home as the state directory, loopback destinations
+// allowed and the audit settings auditYAML (indented YAML lines); it returns the config's path.
+func stackConfig(t *testing.T, home, auditYAML string) string {
+	t.Helper()
+	policy := filepath.Join(home, "policy")
+	cfgPath := filepath.Join(home, "airlock.yaml")
+	err := errors.Join(os.MkdirAll(policy, 0o700),
+		os.WriteFile(filepath.Join(policy, "p.rego"), []byte(`package airlock
+default decision := {"action": "deny", "rule": "t.deny", "reason": "no"}
+decision := {"action": "allow", "rule": "t.allow"} if input.request.path == "/ok"
+`), 0o600),
+		os.WriteFile(cfgPath, []byte("home: "+home+"\npolicy: "+policy+"\nallow_private: [127.0.0.0/8]\naudit:\n"+auditYAML), 0o600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath
 }

@@ -30,23 +30,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// sandboxPolicy: sandboxes may reach upstream.test; POST /write there is held for approval.
-const sandboxPolicy = `package airlock
-
-default decision := {"action": "deny", "rule": "e2e.default", "reason": "not allowed"}
-
-decision := {"action": "allow", "rule": "e2e.connect"} if {
-	input.phase == "connect"
-	input.request.host == "upstream.test"
-}
-
-decision := {"action": "approve", "rule": "e2e.write", "reason": "writes need a human"} if {
-	input.phase == "request"
-	input.request.host == "upstream.test"
-	input.request.path == "/write"
-}
-`
-
 // received is one request as the upstream got it.
 type received struct {
 	Method, URI string
@@ -91,7 +74,7 @@ func newSbxEnv(t *testing.T, limits proxy.Limits) *sbxEnv {
 		limits.MaxBodyBytes = e.svc.MaxBody()
 	}
 	e.proxy, err = proxy.New(proxy.Options{
-		Decider: e2etest.Engine(t, sandboxPolicy), CA: airlockCA, Auditor: e.audit, Approver: e.svc, UpstreamCAs: pool,
+		Decider: e2etest.Engine(t, e2etest.HeldWritePolicy), CA: airlockCA, Auditor: e.audit, Approver: e.svc, UpstreamCAs: pool,
 		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Resolver:     e2etest.StaticResolver{netip.MustParseAddr("127.0.0.1")},
 		Limits:       limits,
@@ -150,24 +133,7 @@ func output(t *testing.T, ch <-chan string) string {
 // pendingOf waits until sandbox id has n pending approvals and returns them.
 func (e *sbxEnv) pendingOf(t *testing.T, id string, n int) []approval.Record {
 	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		recs, err := e.svc.List(context.Background(), approval.ListFilter{State: approval.StatePending})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var mine []approval.Record
-		for _, r := range recs {
-			if r.Sandbox == id {
-				mine = append(mine, r)
-			}
-		}
-		if len(mine) == n {
-			return mine
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pending approvals of %s: got %d, want %d", id, len(mine), n)
-		}
-	}
+	return e2etest.PendingOf(t, e.svc, id, n)
 }
 
 func (e *sbxEnv) received() []received {

@@ -35,11 +35,11 @@ func main() {
 }
 `
 
-func buildGoClient(t *testing.T, dir string) {
+func buildGoClient(t *testing.T, dir, name, program string) {
 	t.Helper()
 	src := filepath.Join(t.TempDir(), "main.go")
-	os.WriteFile(src, []byte(goClient), 0o644)
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "goclient"), src)
+	os.WriteFile(src, []byte(program), 0o644)
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), src)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GO111MODULE=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -50,16 +50,9 @@ func buildGoClient(t *testing.T, dir string) {
 // a readable reason (or, where the tool ignores the proxy, gets nowhere at all).
 func TestClients(t *testing.T) {
 	e := newEnv(t)
-	buildGoClient(t, e.workspace)
+	buildGoClient(t, e.workspace, "goclient", goClient)
 	u := func(host, path string) string { return e.url(host, path) }
-	tests := []struct {
-		name    string
-		script  string
-		want    []string // substrings of the output
-		ok      bool     // exit status 0 wanted (else non-zero)
-		reached string   // an upstream hit that must have happened ("" none)
-		never   string   // an upstream hit that must not have happened
-	}{
+	tests := []clientCase{
 		{name: "wget allowed (trusts the system bundle path, where the sandbox puts airlock's CA)", ok: true,
 			script: `wget -qO- ` + u("upstream.test", "/allowed/wget"),
 			want:   []string{"hello GET /allowed/wget"}, reached: "upstream.test GET /allowed/wget"},
@@ -102,26 +95,7 @@ print(r.status_code, r.headers['X-Airlock-Rule'], r.headers['X-Airlock-Reason'])
 			script: `./goclient ` + u("upstream.test", "/denied/go"),
 			want:   []string{"status=403 rule=clients.default", "reason: not on the clients allowlist"}, never: "/denied/go"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, code := e.run(t, tt.script)
-			t.Logf("exit %d:\n%s", code, out)
-			if (code == 0) != tt.ok {
-				t.Errorf("exit status %d, want success=%v; output:\n%s", code, tt.ok, out)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output does not contain %q:\n%s", w, out)
-				}
-			}
-			if tt.reached != "" && !e.reached(tt.reached) {
-				t.Errorf("upstream never received %q", tt.reached)
-			}
-			if tt.never != "" && e.reached(tt.never) {
-				t.Errorf("upstream received %q, want it refused before", tt.never)
-			}
-		})
-	}
+	e.runCases(t, tests)
 	for _, ev := range e.audit.Events() {
 		if ev.SandboxID != "sbx-clients" {
 			t.Errorf("audit event attributed to %q, want sbx-clients: %+v", ev.SandboxID, ev)

@@ -31,7 +31,6 @@ import (
 	"github.com/airlock-proxy/airlock/approval"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
 )
 
@@ -167,15 +166,7 @@ func newEnv(t *testing.T) *env {
 	u, _ = url.Parse(plain.URL)
 	e.plainPort = u.Port()
 
-	pdir := filepath.Join(dir, "policy")
-	os.MkdirAll(pdir, 0o700)
-	if err := os.WriteFile(filepath.Join(pdir, "policy.rego"), []byte(policy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := rego.New(ctx, rego.Options{Dir: pdir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := e2etest.Engine(t, policy)
 	e.approval = e2etest.Approvals(t, dir)
 
 	e.ca, err = ca.New()
@@ -221,3 +212,39 @@ func (e *env) run(t *testing.T, script string) (string, int) {
 }
 
 func (e *env) pending(t *testing.T) approval.Record { return e2etest.Pending(t, e.approval) }
+
+// clientCase is a script run in the sandbox and what it must show.
+type clientCase struct {
+	name    string
+	script  string
+	want    []string // substrings of the output
+	ok      bool     // exit status 0 wanted (else non-zero)
+	reached string   // an upstream hit that must have happened ("" none)
+	never   string   // an upstream hit that must not have happened
+}
+
+// runCases runs each case in the sandbox, as a subtest, and checks its exit status, its
+// output and the upstream hits it made or must not have made.
+func (e *env) runCases(t *testing.T, cases []clientCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			out, code := e.run(t, tt.script)
+			t.Logf("exit %d:\n%s", code, out)
+			if (code == 0) != tt.ok {
+				t.Errorf("exit status %d, want success=%v; output:\n%s", code, tt.ok, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output does not contain %q:\n%s", w, out)
+				}
+			}
+			if tt.reached != "" && !e.reached(tt.reached) {
+				t.Errorf("upstream never received %q", tt.reached)
+			}
+			if tt.never != "" && e.reached(tt.never) {
+				t.Errorf("upstream received %q, want it refused before", tt.never)
+			}
+		})
+	}
+}

@@ -23,7 +23,6 @@ import (
 
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
@@ -118,14 +117,9 @@ func TestParentProxy(t *testing.T) {
 	t.Cleanup(up.Close)
 	upURL, _ := url.Parse(up.URL)
 
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "p.rego"), []byte(`package airlock
+	eng := e2etest.Engine(t, `package airlock
 decision := {"action": "allow", "rule": "all"}
-`), 0o600)
-	eng, err := rego.New(ctx, rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	aca, _ := ca.New()
 	roots := x509.NewCertPool()
 	roots.AddCert(upCA.Certificate())

@@ -11,13 +11,11 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
-	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
@@ -54,14 +52,7 @@ func newScrubEnv(t *testing.T) *scrubEnv {
 	u, _ = url.Parse(plain.URL)
 	se.plainHTTP = "http://echo.test:" + u.Port()
 
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(e2etest.ReflectPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := rego.New(ctx, rego.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := e2etest.Engine(t, e2etest.ReflectPolicy)
 	broker, canary := e2etest.CanaryBroker(t, nil)
 	se.canary = canary
 	airlockCA, _ := ca.New()

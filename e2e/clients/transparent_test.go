@@ -47,23 +47,10 @@ func main() {
 // the same phases as proxied traffic, and are refused (and audited) elsewhere.
 func TestTransparent(t *testing.T) {
 	e := newEnv(t)
-	src := filepath.Join(t.TempDir(), "main.go")
-	os.WriteFile(src, []byte(bareClient), 0o644)
-	cmd := exec.Command("go", "build", "-o", filepath.Join(e.workspace, "bareclient"), src)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GO111MODULE=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	buildGoClient(t, e.workspace, "bareclient", bareClient)
 	echo := echoServer(t)
 	u := func(host, path string) string { return e.url(host, path) }
-	tests := []struct {
-		name    string
-		script  string
-		want    []string
-		ok      bool
-		reached string
-		never   string
-	}{
+	tests := []clientCase{
 		{name: "the resolver configuration is airlock's", ok: true,
 			script: `cat /etc/resolv.conf`, want: []string{"nameserver 127.0.0.1"}},
 		{name: "names resolve to airlock's reserved range", ok: true,
@@ -116,26 +103,7 @@ except ConnectionRefusedError:
 "`,
 			want: []string{"udp refused"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			out, code := e.run(t, tt.script)
-			t.Logf("exit %d:\n%s", code, out)
-			if (code == 0) != tt.ok {
-				t.Errorf("exit status %d, want success=%v; output:\n%s", code, tt.ok, out)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(out, w) {
-					t.Errorf("output does not contain %q:\n%s", w, out)
-				}
-			}
-			if tt.reached != "" && !e.reached(tt.reached) {
-				t.Errorf("upstream never received %q", tt.reached)
-			}
-			if tt.never != "" && e.reached(tt.never) {
-				t.Errorf("upstream received %q", tt.never)
-			}
-		})
-	}
+	e.runCases(t, tests)
 
 	evs := e.audit.Events()
 	find := func(ok func(audit.Event) bool) *audit.Event {

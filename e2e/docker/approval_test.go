@@ -22,23 +22,6 @@ import (
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
-// approvalPolicy: upstream.test may be reached; POST /write there is held for approval.
-const approvalPolicy = `package airlock
-
-default decision := {"action": "deny", "rule": "e2e.default", "reason": "not allowed"}
-
-decision := {"action": "allow", "rule": "e2e.connect"} if {
-	input.phase == "connect"
-	input.request.host == "upstream.test"
-}
-
-decision := {"action": "approve", "rule": "e2e.write", "reason": "writes need a human"} if {
-	input.phase == "request"
-	input.request.host == "upstream.test"
-	input.request.path == "/write"
-}
-`
-
 // approvalProxy is the real proxy with a real approval service, for Docker sandboxes.
 type approvalProxy struct {
 	p      *proxy.Proxy
@@ -65,7 +48,7 @@ func startApprovalProxy(t *testing.T, limits proxy.Limits) *approvalProxy {
 	}
 	limits.MaxBodyBytes = ap.svc.MaxBody()
 	ap.p, err = proxy.New(proxy.Options{
-		Decider: e2etest.Engine(t, approvalPolicy), CA: airlockCA, Approver: ap.svc, UpstreamCAs: pool,
+		Decider: e2etest.Engine(t, e2etest.HeldWritePolicy), CA: airlockCA, Approver: ap.svc, UpstreamCAs: pool,
 		AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		Resolver:     e2etest.StaticResolver{netip.MustParseAddr("127.0.0.1")},
 		Limits:       limits,
@@ -83,24 +66,7 @@ func startApprovalProxy(t *testing.T, limits proxy.Limits) *approvalProxy {
 // pending waits until sandbox id has n pending approvals.
 func (ap *approvalProxy) pending(t *testing.T, id string, n int) []approval.Record {
 	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		recs, err := ap.svc.List(context.Background(), approval.ListFilter{State: approval.StatePending})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var mine []approval.Record
-		for _, r := range recs {
-			if r.Sandbox == id {
-				mine = append(mine, r)
-			}
-		}
-		if len(mine) == n {
-			return mine
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pending approvals of %s: got %d, want %d", id, len(mine), n)
-		}
-	}
+	return e2etest.PendingOf(t, ap.svc, id, n)
 }
 
 func (ap *approvalProxy) decide(t *testing.T, id string, state approval.State) {

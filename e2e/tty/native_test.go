@@ -42,29 +42,12 @@ func TestTerminalInside(t *testing.T) {
 	tm.saveSettings()
 	ws := t.TempDir()
 	os.Chmod(ws, 0o755)
-	script := `tty; stty size
-trap 'echo "resized $(stty size)"' WINCH
-trap 'echo inner-interrupted; exit 3' INT
-echo ready
-while :; do sleep 0.1; done
-`
-	if err := os.WriteFile(filepath.Join(ws, "inside.sh"), []byte(script), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(ws, "inside.sh"), []byte(insideScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tm.typeLine(`$AIRLOCK sandbox run --id sbx-tty-e2e --workspace ` + ws + `:ro -- sh /workspace/inside.sh; echo "stat""us=$?"; test -e /run/airlock/sandboxes/sbx-tty-e2e && echo "sta""te-left" || echo "sta""te-gone"`)
-	s := tm.waitFor("ready")
-	if !strings.Contains(s, "/dev/pts/0") || !strings.Contains(s, "30 100") {
-		t.Errorf("want the sandbox's first terminal at the host's size 30×100:\n%s", s)
-	}
-	tm.tmux("resize-window", "-t", "e2e", "-x", "70", "-y", "20")
-	tm.waitFor("resized 20 70")
-	tm.keys("C-c")
-	tm.waitFor("status=")
-	s = tm.waitFor("state-gone")
-	if !strings.Contains(s, "inner-interrupted") || !strings.Contains(s, "status=3") {
-		t.Errorf("Ctrl-C: want the command's INT trap and airlock exiting with its status 3:\n%s", s)
-	}
-	if !strings.Contains(s, "state-gone") {
+	tm.interruptInside(`$AIRLOCK sandbox run --id sbx-tty-e2e --workspace `+ws+`:ro -- sh /workspace/inside.sh; echo "stat""us=$?"; test -e /run/airlock/sandboxes/sbx-tty-e2e && echo "sta""te-left" || echo "sta""te-gone"`,
+		"/dev/pts/0", "status=")
+	if s := tm.waitFor("state-gone"); !strings.Contains(s, "state-gone") {
 		t.Errorf("the sandbox's state was not removed: airlock did not clean up:\n%s", s)
 	}
 	tm.settingsSame("after Ctrl-C")
@@ -106,33 +89,11 @@ func TestTIOCSTIStaysInside(t *testing.T) {
 	tm := newTerm(t, 120, 30)
 	ws := t.TempDir()
 	os.Chmod(ws, 0o755)
-	sti := `import fcntl, sys, termios
-try:
-    for c in b"echo INJECTED-$((6*7))\n":
-        fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))
-    print("pushed")
-except OSError as e:
-    print("TIOCSTI refused:", e)
-`
-	if err := os.WriteFile(filepath.Join(ws, "sti.py"), []byte(sti), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(ws, "sti.py"), []byte(stiProbe), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tm.saveSettings()
-	tm.typeLine(`$AIRLOCK sandbox run --workspace ` + ws + `:ro -- sh -c 'python3 /workspace/sti.py; read -r line; echo "sandbox-read:[$line]"'; echo "sti-""status=$?"`)
-	s := tm.waitFor("sti-status=")
-	pushed := strings.Contains(s, "pushed")
-	if pushed && !strings.Contains(s, "sandbox-read:[echo INJECTED-$((6*7))]") {
-		t.Errorf("the pushed line did not reach the sandbox's own terminal:\n%s", s)
-	}
-	if !pushed && !strings.Contains(s, "TIOCSTI refused") {
-		t.Fatalf("the probe did not run:\n%s", s)
-	}
-	tm.typeLine(`echo "after""-airlock"`)
-	s = tm.waitFor("after-airlock")
-	if strings.Contains(s, "INJECTED-42") {
-		t.Errorf("the sandbox's TIOCSTI reached the host shell:\n%s", s)
-	}
-	tm.settingsSame("after TIOCSTI")
+	tm.tiocstiStaysInside(`$AIRLOCK sandbox run --workspace ` + ws + `:ro -- sh -c 'python3 /workspace/sti.py; read -r line; echo "sandbox-read:[$line]"'; echo "sti-""status=$?"`)
 
 	// The control: straight from the host terminal, the same program's line is run by
 	// the host shell, when the kernel allows TIOCSTI.

@@ -137,13 +137,7 @@ func (p *sessionProxy) create(t *testing.T, files map[string]string) string {
 // terminal's settings are the same after each.
 func TestSessionExecTerminal(t *testing.T) {
 	p := startSessionProxy(t)
-	script := `tty; stty size
-trap 'echo "resized $(stty size)"' WINCH
-trap 'echo inner-interrupted; exit 3' INT
-echo ready
-while :; do sleep 0.1; done
-`
-	id := p.create(t, map[string]string{"inside.sh": script})
+	id := p.create(t, map[string]string{"inside.sh": insideScript})
 	tm := newTerm(t, 100, 30)
 	tm.saveSettings()
 	tm.typeLine(fmt.Sprintf(`X="%s"; ID=%s`, p.flags, id))
@@ -164,18 +158,7 @@ while :; do sleep 0.1; done
 		t.Errorf("the file vi wrote in the session: %q", got)
 	}
 
-	tm.typeLine(`$AIRLOCK sandbox exec -it $X $ID -- sh /tmp/inside.sh; echo "inside-""status=$?"`)
-	s := tm.waitFor("ready")
-	if !strings.Contains(s, "/dev/pts/") || !strings.Contains(s, "30 100") {
-		t.Errorf("want a terminal of the sandbox at the host's size 30×100:\n%s", s)
-	}
-	tm.tmux("resize-window", "-t", "e2e", "-x", "70", "-y", "20")
-	tm.waitFor("resized 20 70")
-	tm.keys("C-c")
-	s = tm.waitFor("inside-status=")
-	if !strings.Contains(s, "inner-interrupted") || !strings.Contains(s, "inside-status=3") {
-		t.Errorf("Ctrl-C: want the command's INT trap and airlock exiting with its status 3:\n%s", s)
-	}
+	tm.interruptInside(`$AIRLOCK sandbox exec -it $X $ID -- sh /tmp/inside.sh; echo "inside-""status=$?"`, "/dev/pts/", "inside-status=")
 	tm.settingsSame("after Ctrl-C")
 	// The session outlived the exec: airlock was not what Ctrl-C stopped.
 	if got := p.airlock(t, "sandbox", "exec", "-T", id, "--", "echo", "still-here"); got != "still-here" {
@@ -199,33 +182,11 @@ while :; do sleep 0.1; done
 // settings are the same after; airlock's SIGTERM while the command runs restores them too.
 func TestSessionExecTIOCSTI(t *testing.T) {
 	p := startSessionProxy(t)
-	sti := `import fcntl, sys, termios
-try:
-    for c in b"echo INJECTED-$((6*7))\n":
-        fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))
-    print("pushed")
-except OSError as e:
-    print("TIOCSTI refused:", e)
-`
-	id := p.create(t, map[string]string{"sti.py": sti})
+	id := p.create(t, map[string]string{"sti.py": stiProbe})
 	tm := newTerm(t, 120, 30)
 	tm.saveSettings()
 	tm.typeLine(fmt.Sprintf(`X="%s"; ID=%s`, p.flags, id))
-	tm.typeLine(`$AIRLOCK sandbox exec -it $X $ID -- sh -c 'python3 /tmp/sti.py; read -r line; echo "sandbox-read:[$line]"'; echo "sti-""status=$?"`)
-	s := tm.waitFor("sti-status=")
-	pushed := strings.Contains(s, "pushed")
-	if pushed && !strings.Contains(s, "sandbox-read:[echo INJECTED-$((6*7))]") {
-		t.Errorf("the pushed line did not reach the sandbox's own terminal:\n%s", s)
-	}
-	if !pushed && !strings.Contains(s, "TIOCSTI refused") {
-		t.Fatalf("the probe did not run:\n%s", s)
-	}
-	tm.typeLine(`echo "after""-airlock"`)
-	s = tm.waitFor("after-airlock")
-	if strings.Contains(s, "INJECTED-42") {
-		t.Errorf("the sandbox's TIOCSTI reached the host shell:\n%s", s)
-	}
-	tm.settingsSame("after TIOCSTI")
+	tm.tiocstiStaysInside(`$AIRLOCK sandbox exec -it $X $ID -- sh -c 'python3 /tmp/sti.py; read -r line; echo "sandbox-read:[$line]"'; echo "sti-""status=$?"`)
 
 	tm.typeLine(`$AIRLOCK sandbox exec $X $ID -- sh -c 'echo running; sleep 60'; echo "term-""status=$?"`)
 	tm.waitFor("running")

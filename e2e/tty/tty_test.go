@@ -158,3 +158,69 @@ func (tm *term) sync() {
 	}
 	tm.t.Fatalf("the shell never ran a typed line:\n%s", tm.screen())
 }
+
+// stiProbe pushes "echo INJECTED-$((6*7))" and a newline into its terminal's input with
+// TIOCSTI and says whether the kernel let it ("pushed", "TIOCSTI refused").
+const stiProbe = `import fcntl, sys, termios
+try:
+    for c in b"echo INJECTED-$((6*7))\n":
+        fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))
+    print("pushed")
+except OSError as e:
+    print("TIOCSTI refused:", e)
+`
+
+// tiocstiStaysInside types line, which runs stiProbe in a sandbox on its terminal and then
+// reads a line there (echoing "sandbox-read:[...]" and then "sti-status=..."): the pushed line
+// is what the sandbox reads, the host shell never runs it, and the host terminal's settings
+// are those saved before.
+func (tm *term) tiocstiStaysInside(line string) {
+	t := tm.t
+	t.Helper()
+	tm.typeLine(line)
+	s := tm.waitFor("sti-status=")
+	pushed := strings.Contains(s, "pushed")
+	if pushed && !strings.Contains(s, "sandbox-read:[echo INJECTED-$((6*7))]") {
+		t.Errorf("the pushed line did not reach the sandbox's own terminal:\n%s", s)
+	}
+	if !pushed && !strings.Contains(s, "TIOCSTI refused") {
+		t.Fatalf("the probe did not run:\n%s", s)
+	}
+	tm.typeLine(`echo "after""-airlock"`)
+	s = tm.waitFor("after-airlock")
+	if strings.Contains(s, "INJECTED-42") {
+		t.Errorf("the sandbox's TIOCSTI reached the host shell:\n%s", s)
+	}
+	tm.settingsSame("after TIOCSTI")
+}
+
+// insideScript prints its terminal and the terminal's size, then waits, saying "resized"
+// and the new size on SIGWINCH and exiting with status 3 on SIGINT. (A Docker Engine before
+// API 1.42 sets the size just after the start: the script reads it a moment later.)
+const insideScript = `tty; sleep 0.3; stty size
+trap 'echo "resized $(stty size)"' WINCH
+trap 'echo inner-interrupted; exit 3' INT
+echo ready
+while :; do sleep 0.1; done
+`
+
+// interruptInside types line, which runs insideScript in a sandbox and then prints airlock's
+// status after the marker status: the command's terminal is wantTTY (a prefix) at the host
+// terminal's size 30×100, a resize of the host terminal reaches it, and Ctrl-C runs the
+// command's INT trap, whose status 3 is airlock's.
+func (tm *term) interruptInside(line, wantTTY, status string) {
+	t := tm.t
+	t.Helper()
+	tm.typeLine(line)
+	s := tm.waitFor("ready")
+	if !strings.Contains(s, wantTTY) || !strings.Contains(s, "30 100") {
+		t.Errorf("want the terminal %s at the host's size 30×100:\n%s", wantTTY, s)
+	}
+	tm.tmux("resize-window", "-t", "e2e", "-x", "70", "-y", "20")
+	tm.waitFor("resized 20 70")
+	tm.keys("C-c")
+	s = tm.waitFor(status)
+	if !strings.Contains(s, "inner-interrupted") || !strings.Contains(s, status+"3") {
+		t.Errorf("Ctrl-C: want the command's INT trap and airlock exiting with its status 3:\n%s", s)
+	}
+}

@@ -1,5 +1,5 @@
 // Package event names the values airlock writes into its records: what kind of event a
-// record is and what was decided. They are declared once, here, and audit, telemetry,
+// record is, what was decided and where a held request's approval stands. They are declared once, here, and audit, telemetry,
 // approval, proxy, session and cmd/airlock all use these constants; the JSON, log and
 // metric forms are the strings below.
 package event

@@ -131,4 +131,3 @@ func Parse(b []byte, maxDepth int) (*Value, error) {
 	}
 	return &v, nil
 }
-

@@ -22,12 +22,12 @@ import (
 // or cancellation the command's process tree is killed (with a local daemon, through
 // /proc; otherwise the whole container is killed and the sandbox is unusable after).
 func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error) {
-	in.mu.Lock()
-	closed, dead := in.closed, in.dead
-	in.mu.Unlock()
-	if closed {
+	if in.teardown.Closed() {
 		return sandbox.Result{}, sandbox.ErrClosed
 	}
+	in.mu.Lock()
+	dead := in.dead
+	in.mu.Unlock()
 	if dead != nil {
 		return sandbox.Result{}, dead
 	}

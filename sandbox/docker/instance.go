@@ -39,11 +39,9 @@ type instance struct {
 	protected []sandbox.Protection
 	freeUIDs  func() // frees the uid range reserved for the sandbox, if one was
 
-	mu        sync.Mutex
-	closed    bool
-	closeOnce sync.Once
-	closeErr  error // set once by the first Close
-	dead      error // set when the container had to be killed
+	teardown sandbox.Teardown
+	mu       sync.Mutex
+	dead     error // set when the container had to be killed
 }
 
 var _ sandbox.Instance = (*instance)(nil)
@@ -178,12 +176,7 @@ func (in *instance) Patch() ([]byte, error) { return nil, nil }
 // Close revokes the proxy credential, drops the listeners and removes the container, its
 // network and its state directory. It is idempotent.
 func (in *instance) Close(ctx context.Context) error {
-	in.mu.Lock()
-	in.closed = true // Run refuses from now on
-	in.mu.Unlock()
-	// A concurrent Close waits for the first one's teardown and returns its error.
-	in.closeOnce.Do(func() { in.closeErr = in.close(context.WithoutCancel(ctx)) })
-	return in.closeErr
+	return in.teardown.Close(ctx, in.close)
 }
 
 func (in *instance) close(ctx context.Context) error {

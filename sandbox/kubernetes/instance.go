@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,10 +23,7 @@ type instance struct {
 	name  string
 	token bool
 
-	mu        sync.Mutex
-	closed    bool
-	closeOnce sync.Once
-	closeErr  error // set once by the first Close
+	teardown sandbox.Teardown
 }
 
 var _ sandbox.Instance = (*instance)(nil)
@@ -104,10 +100,7 @@ func (in *instance) waitRunning(ctx context.Context) error {
 // Run execs cmd in the pod. The command gets the built environment except the proxy
 // variables, which the pod has from its Secret.
 func (in *instance) Run(ctx context.Context, cmd sandbox.Command) (sandbox.Result, error) {
-	in.mu.Lock()
-	closed := in.closed
-	in.mu.Unlock()
-	if closed {
+	if in.teardown.Closed() {
 		return sandbox.Result{}, sandbox.ErrClosed
 	}
 	if cmd.TTY != nil {
@@ -179,12 +172,7 @@ func (in *instance) Patch() ([]byte, error) { return nil, nil }
 // Close revokes the credential and deletes the pod, its Secret and its NetworkPolicy (the
 // policy last, so the pod is never unconfined). It is idempotent.
 func (in *instance) Close(ctx context.Context) error {
-	in.mu.Lock()
-	in.closed = true // Run refuses from now on
-	in.mu.Unlock()
-	// A concurrent Close waits for the first one's teardown and returns its error.
-	in.closeOnce.Do(func() { in.closeErr = in.close(context.WithoutCancel(ctx)) })
-	return in.closeErr
+	return in.teardown.Close(ctx, in.close)
 }
 
 func (in *instance) close(ctx context.Context) error {

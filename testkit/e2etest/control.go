@@ -2,13 +2,14 @@ package e2etest
 
 import (
 	"context"
-	"github.com/airlock-proxy/airlock/approval"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-proxy/airlock/approval"
 )
 
 // HostControl runs an escape attempt's script on the host and fails the test unless it
@@ -59,4 +60,28 @@ func Pending(t testing.TB, svc *approval.Service) approval.Record {
 	}
 	t.Fatal("no pending approval appeared")
 	return approval.Record{}
+}
+
+// PendingOf waits up to 90 seconds until sandbox id has exactly n pending requests in svc
+// and returns them.
+func PendingOf(t testing.TB, svc *approval.Service, id string, n int) []approval.Record {
+	t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		recs, err := svc.List(context.Background(), approval.ListFilter{State: approval.StatePending})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mine []approval.Record
+		for _, r := range recs {
+			if r.Sandbox == id {
+				mine = append(mine, r)
+			}
+		}
+		if len(mine) == n {
+			return mine
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pending approvals of %s: got %d, want %d", id, len(mine), n)
+		}
+	}
 }

@@ -33,14 +33,45 @@ decision := {"action": "allow", "rule": "e2e.read"} if {
 }
 `
 
+// HeldWritePolicy lets sandboxes reach upstream.test and holds a request to /write there for
+// approval (rule e2e.write); everything else is denied (e2e.default).
+const HeldWritePolicy = `package airlock
+
+default decision := {"action": "deny", "rule": "e2e.default", "reason": "not allowed"}
+
+decision := {"action": "allow", "rule": "e2e.connect"} if {
+	input.phase == "connect"
+	input.request.host == "upstream.test"
+}
+
+decision := {"action": "approve", "rule": "e2e.write", "reason": "writes need a human"} if {
+	input.phase == "request"
+	input.request.host == "upstream.test"
+	input.request.path == "/write"
+}
+`
+
 // Engine compiles policy (real OPA) from a temporary directory.
 func Engine(t testing.TB, policy string) *rego.Engine {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(policy), 0o600); err != nil {
-		t.Fatal(err)
+	return EngineWith(t, rego.Options{}, policy, "")
+}
+
+// EngineWith is Engine with the engine options o (its Dir is the temporary directory) and,
+// unless data is empty, data.json holding data.
+func EngineWith(t testing.TB, o rego.Options, policy, data string) *rego.Engine {
+	t.Helper()
+	o.Dir = t.TempDir()
+	files := map[string]string{"policy.rego": policy}
+	if data != "" {
+		files["data.json"] = data
 	}
-	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(o.Dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng, err := rego.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
