@@ -107,6 +107,9 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, eio Exec
 		return ExecResult{}, err
 	}
 	timeout, err := checkExec(&req, s.execTimeout)
+	if err == nil {
+		err = m.checkExecTimeout(timeout)
+	}
 	if err != nil {
 		return ExecResult{}, err
 	}

@@ -45,7 +45,8 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 	m, err := session.New(session.Options{
 		Base: base, Decider: s.engine, Approve: s.approvals, Auditor: auditor,
 		Tracer: s.telemetry.Tracer(), Owner: sc.Owner, StateDir: sc.StateDir,
-		TTL: sc.TTL, IdleTimeout: sc.IdleTimeout, MaxTTL: sc.MaxTTL, MaxSessions: sc.MaxSessions,
+		TTL: sc.TTL, IdleTimeout: sc.IdleTimeout, MaxTTL: sc.MaxTTL, MaxIdleTimeout: sc.MaxIdleTimeout,
+		MaxExecTimeout: cfg.Sandbox.Timeout, MaxSessions: sc.MaxSessions,
 		MaxFileBytes: sc.maxFileBytes(), WorkspaceRoots: sc.WorkspaceRoots, Logger: s.log,
 		Started: func(sb *sandbox.Sandbox) { s.fan.observe(sb.ID(), sb.Observe) },
 		Ended:   func(id string) { s.fan.forget(id) },
