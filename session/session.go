@@ -254,7 +254,9 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 		delete(m.sessions, o.ID)
 		m.mu.Unlock()
 	}
-	if err := m.reg.claim(o.ID, backendName); err != nil {
+	spec.ID = o.ID
+	now := m.opts.Now()
+	if err := m.reg.claim(record{ID: o.ID, Backend: backendName, Spec: &spec, Created: now, Expires: now.Add(ttl)}); err != nil {
 		release()
 		return Info{}, err
 	}
@@ -281,13 +283,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 	if m.opts.Started != nil {
 		m.opts.Started(sb)
 	}
-	now := m.opts.Now()
-	s := &Session{m: m, id: sb.ID(), spec: spec, sb: sb, backend: backendName, created: now,
-		expires: now.Add(ttl), idle: idle, execTimeout: execTimeout, state: StateRunning, lastActive: now,
-		execs: map[string]*ExecResult{}, cancels: map[string]context.CancelFunc{}, endDone: make(chan struct{})}
-	m.mu.Lock()
-	m.sessions[s.id] = s
-	m.mu.Unlock()
+	s := m.add(sb, spec, backendName, now, now.Add(ttl), idle, execTimeout)
 	m.log.Info("sandbox session created", "sandbox", s.id, "backend", backendName, "expires", s.expires)
 	return s.info(), nil
 }

@@ -56,7 +56,7 @@ func (f *specFlags) bind(cmd *cobra.Command) {
 	fl.Float64Var(&f.cpus, "cpus", 0, "CPU limit in cores, e.g. 1.5")
 	fl.StringArrayVar(&f.labels, "label", nil, "sandbox label K=V, seen by the policy as input.sandbox.labels (repeatable)")
 	fl.StringArrayVar(&f.env, "env", nil, "environment variable K=V for every command (repeatable)")
-	fl.StringVar(&f.backend, "backend", "", "native (default)")
+	fl.StringVar(&f.backend, "backend", "", "native (default), or docker (with --image: a local image of the proxy host's Docker daemon)")
 	fl.StringVar(&f.image, "image", "", "container image (docker backend)")
 	fl.StringVar(&f.ttl, "ttl", "", "the sandbox ends this long after creation (default: the proxy's sessions.ttl, 1h)")
 	fl.StringVar(&f.idle, "idle-timeout", "", "the sandbox ends after this long without a command (default: sessions.idle_timeout, 15m)")

@@ -42,8 +42,10 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 		auditor = s.audit
 	}
 	sc := cfg.Sessions
+	backends := &sessionBackends{native: base.Backend, runtime: cfg.Sandbox.Docker.Runtime, log: s.log}
+	s.closers = append(s.closers, backends.close)
 	m, err := session.New(session.Options{
-		Base: base, Decider: s.engine, Approve: s.approvals, Auditor: auditor,
+		Base: base, Backend: backends.backend, Decider: s.engine, Approve: s.approvals, Auditor: auditor,
 		Tracer: s.telemetry.Tracer(), Owner: sc.Owner, StateDir: sc.StateDir,
 		TTL: sc.TTL, IdleTimeout: sc.IdleTimeout, MaxTTL: sc.MaxTTL, MaxIdleTimeout: sc.MaxIdleTimeout,
 		MaxExecTimeout: cfg.Sandbox.Timeout, MaxSessions: sc.MaxSessions,
@@ -54,12 +56,23 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 	if err != nil {
 		return nil, err
 	}
-	if ended, err := m.Adopt(ctx); err != nil {
-		s.log.Error("ending the sandbox sessions of an earlier run", "err", err)
-	} else if len(ended) > 0 {
-		s.log.Warn("ended the sandbox sessions of an earlier run (native sandboxes do not outlive their airlock); their reports are in sessions.state_dir", "sandboxes", ended)
-	}
+	s.adoptSessions(ctx, m)
 	return m, nil
+}
+
+// adoptSessions takes over the sessions an earlier run of this airlock left (Docker ones
+// alive, native ones ended: see session.Manager.Adopt).
+func (s *stack) adoptSessions(ctx context.Context, m *session.Manager) {
+	adopted, ended, err := m.Adopt(ctx)
+	if err != nil {
+		s.log.Error("taking over the sandbox sessions of an earlier run", "err", err)
+	}
+	if len(adopted) > 0 {
+		s.log.Info("took over the sandbox sessions of an earlier run", "sandboxes", adopted)
+	}
+	if len(ended) > 0 {
+		s.log.Warn("ended the sandbox sessions of an earlier run that could not be taken over (native sandboxes do not outlive their airlock); their reports are in sessions.state_dir", "sandboxes", ended)
+	}
 }
 
 // sessionRoutes mounts the sessions API behind issuer authentication.

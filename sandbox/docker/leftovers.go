@@ -57,7 +57,7 @@ func (b *Backend) RemoveLeftovers(ctx context.Context) (int, error) {
 	var errs []error
 	n := 0
 	for _, c := range cs {
-		if !ownerGone(c.Labels[OwnerLabel]) {
+		if !ownerGone(b.ownerOf(c.Labels[Label], c.Labels)) {
 			continue
 		}
 		err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
