@@ -26,7 +26,8 @@ func (m *Manager) add(sb *sandbox.Sandbox, spec Spec, backend string, created, e
 }
 
 // Adopt takes over the sessions an earlier airlock process left in the state directory
-// (records whose owner process is gone). A sandbox whose backend keeps it running without
+// (records whose owner process is gone; a record of an airlock with a configured name,
+// Options.Owner, only by the airlock of that name). A sandbox whose backend keeps it running without
 // its airlock (Docker: sandbox.Adopter) is taken over alive: same id, labels, expiry,
 // files and processes; the proxy listens in it again; its idle timeout counts from now.
 // A native sandbox cannot outlive the airlock that holds it (its processes die with it),
@@ -46,6 +47,10 @@ func (m *Manager) Adopt(ctx context.Context) (adopted, ended []string, err error
 		}
 	}
 	for _, rec := range orphans {
+		if rec.Named && rec.Owner != m.reg.owner {
+			m.log.Info("a sandbox session of another, stopped airlock is left for it", "sandbox", rec.ID, "owner", rec.Owner)
+			continue
+		}
 		why := m.readopt(ctx, rec)
 		if why == nil {
 			m.log.Info("a sandbox session of an earlier airlock run was taken over", "sandbox", rec.ID, "previous_owner", rec.Owner)

@@ -59,8 +59,8 @@ func (i *adoptedInstance) Close(context.Context) error {
 
 // TestAdoptDocker: a restarted airlock takes over the docker sessions of its dead
 // predecessor whose sandboxes its backend finds (same labels, limits, env and expiry; the
-// record is this process's now; commands run), and ends, with a report saying why, those
-// it cannot take over.
+// record is this process's now; commands run), ends, with a report saying why, those it
+// cannot take over, and leaves those of another airlock with a name of its own alone.
 func TestAdoptDocker(t *testing.T) {
 	dir := t.TempDir()
 	expires := time.Now().Add(90 * time.Minute).UTC().Truncate(time.Second)
@@ -73,7 +73,12 @@ func TestAdoptDocker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a := &adopter{alive: map[string]bool{"sbx-alive": true}}
+	// A session of another airlock with a name of its own is left for that airlock.
+	other := `{"id":"sbx-other","owner":"replica-b","named":true,"pid":999999999,"start":5,"backend":"docker","created":"2026-01-01T00:00:00Z","spec":{"backend":"docker","image":"img:1"}}`
+	if err := os.WriteFile(filepath.Join(dir, "sbx-other.json"), []byte(other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := &adopter{alive: map[string]bool{"sbx-alive": true, "sbx-other": true}}
 	var images []string
 	m, err := session.New(session.Options{StateDir: dir, Owner: "me",
 		Base: sandbox.Options{Memory: 128 << 20},
@@ -116,6 +121,9 @@ func TestAdoptDocker(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "sbx-gone.report.json")); err != nil || !strings.Contains(string(b), "found 0") {
 		t.Errorf("its report: %s %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "sbx-other.json")); err != nil || !strings.Contains(string(b), "replica-b") {
+		t.Errorf("another named airlock's record: %s %v, want it left as it was", b, err)
 	}
 	if _, err := m.Delete(context.Background(), "sbx-alive"); err != nil || strings.Join(a.closed, ",") != "sbx-alive" {
 		t.Errorf("delete: %v, closed %v", err, a.closed)

@@ -19,14 +19,18 @@ import (
 type registry struct {
 	dir   string
 	owner string
+	named bool // owner was configured (sessions.owner), not made of host and pid
 	pid   int
 	start uint64
 }
 
 // record is a session's file in the registry.
 type record struct {
-	ID      string    `json:"id"`
-	Owner   string    `json:"owner"`
+	ID    string `json:"id"`
+	Owner string `json:"owner"`
+	// Named: Owner is a configured name (sessions.owner), the same across restarts; only
+	// the airlock of that name takes the session over.
+	Named   bool      `json:"named,omitempty"`
 	PID     int       `json:"pid"`
 	Start   uint64    `json:"start"`
 	Backend string    `json:"backend"`
@@ -43,11 +47,12 @@ func openRegistry(dir, owner string) (*registry, error) {
 		return nil, fmt.Errorf("sessions.state_dir %s: %w", dir, err)
 	}
 	pid := os.Getpid()
+	named := owner != ""
 	if owner == "" {
 		h, _ := os.Hostname()
 		owner = fmt.Sprintf("%s:%d", h, pid)
 	}
-	return &registry{dir: dir, owner: owner, pid: pid, start: procstat.StartTime(pid)}, nil
+	return &registry{dir: dir, owner: owner, named: named, pid: pid, start: procstat.StartTime(pid)}, nil
 }
 
 func (r *registry) path(id string) string { return filepath.Join(r.dir, id+".json") }
@@ -80,7 +85,7 @@ func (r *registry) claim(rec record) error {
 	} else if ok && r.mine(rec) {
 		return fmt.Errorf("%w: sandbox %s already exists", ErrConflict, id)
 	}
-	rec.Owner, rec.PID, rec.Start = r.owner, r.pid, r.start
+	rec.Owner, rec.Named, rec.PID, rec.Start = r.owner, r.named, r.pid, r.start
 	if rec.Created.IsZero() {
 		rec.Created = time.Now().UTC()
 	}

@@ -80,7 +80,7 @@ type Spec struct {
 	CPUs        float64           `json:"cpus,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
-	Backend     string            `json:"backend,omitempty"` // native (default) or docker
+	Backend     string            `json:"backend,omitempty"` // native (default), docker or kubernetes
 	Image       string            `json:"image,omitempty"`
 	TTL         string            `json:"ttl,omitempty"`
 	IdleTimeout string            `json:"idle_timeout,omitempty"`

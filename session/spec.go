@@ -64,6 +64,9 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 			return o, "", 0, 0, 0, bad("id: %v", err)
 		}
 	}
+	if backend, err = checkBackend(spec); err != nil {
+		return o, "", 0, 0, 0, err
+	}
 	if spec.Workspace != "" {
 		dir, mode, err := sandbox.ParseWorkspace(spec.Workspace)
 		if err != nil {
@@ -90,18 +93,6 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 			return o, "", 0, 0, 0, bad("env: %q is not a variable name", k)
 		}
 		o.Env = append(o.Env, k+"="+spec.Env[k])
-	}
-	backend = spec.Backend
-	if backend == "" {
-		backend = "native"
-	}
-	switch backend {
-	case "native", "docker":
-	default:
-		return o, "", 0, 0, 0, bad("backend %q: want native or docker (kubernetes sandboxes are not served as sessions)", backend)
-	}
-	if spec.Image != "" && backend == "native" {
-		return o, "", 0, 0, 0, bad("image is for the docker backend; the native backend runs the host's root read-only")
 	}
 	dur := func(name, v string, def time.Duration) (time.Duration, error) {
 		if v == "" {
@@ -139,6 +130,29 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 		o.ID = "sbx-" + hex.EncodeToString(b[:])
 	}
 	return o, backend, ttl, idle, execTimeout, nil
+}
+
+// checkBackend names the spec's backend and checks what it cannot have.
+func checkBackend(spec Spec) (string, error) {
+	bad := func(format string, a ...any) (string, error) {
+		return "", fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, a...))
+	}
+	backend := spec.Backend
+	if backend == "" {
+		backend = "native"
+	}
+	_, mode, _ := sandbox.ParseWorkspace(spec.Workspace)
+	switch {
+	case backend != "native" && backend != "docker" && backend != "kubernetes":
+		return bad("backend %q: want native, docker or kubernetes", backend)
+	case spec.Image != "" && backend == "native":
+		return bad("image is for the docker and kubernetes backends; the native backend runs the host's root read-only")
+	case spec.Workspace != "" && backend == "kubernetes":
+		return bad("workspace: host directories do not exist on the cluster's nodes; a kubernetes sandbox has none")
+	case spec.Workspace != "" && mode == sandbox.WorkspaceCoW && backend != "native":
+		return bad("workspace %s: copy-on-write is the native backend's alone; use DIR or DIR:ro", spec.Workspace)
+	}
+	return backend, nil
 }
 
 // ErrOverLimit is a create or exec asking for more than this airlock allows (400, naming

@@ -42,7 +42,8 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 		auditor = s.audit
 	}
 	sc := cfg.Sessions
-	backends := &sessionBackends{native: base.Backend, runtime: cfg.Sandbox.Docker.Runtime, log: s.log}
+	backends := &sessionBackends{native: base.Backend, runtime: cfg.Sandbox.Docker.Runtime, log: s.log,
+		kube: cfg.Sandbox.Kubernetes, tokens: s.proxy}
 	s.closers = append(s.closers, backends.close)
 	m, err := session.New(session.Options{
 		Base: base, Backend: backends.backend, Decider: s.engine, Approve: s.approvals, Auditor: auditor,

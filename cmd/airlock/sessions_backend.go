@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,23 +10,36 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/client"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
 )
 
-// sessionBackends serves the backends of sandbox sessions: the native one, and Docker
+// sessionBackends serves the backends of sandbox sessions: the native one, Docker
 // containers of local images through the daemon of the proxy's host (mode netns: the
-// proxy's listener inside the container's network namespace, so root beside the daemon).
+// proxy's listener inside the container's network namespace, so root beside the daemon),
+// and pods of the cluster the proxy runs in (sandbox.kubernetes.*; their credentials
+// issued by this proxy).
 type sessionBackends struct {
 	native  sandbox.Backend
 	runtime string // sandbox.docker.runtime
 	log     *slog.Logger
+	kube    KubernetesConfig
+	tokens  kubernetes.TokenIssuer // this proxy
+	// connect reaches the cluster (kubernetes.Connect when nil); execer runs commands in
+	// pods (nil: pods/exec over the REST config).
+	connect func(kubeconfig string) (k8s.Interface, *rest.Config, error)
+	execer  kubernetes.Execer
 
 	mu       sync.Mutex
 	cli      *client.Client
-	cliErr   error
 	backends map[string]*docker.Backend // by image
+	kclient  k8s.Interface
+	krest    *rest.Config
+	kbs      map[string]*kubernetes.Backend // by image
 }
 
 // backend is session.Options.Backend.
@@ -35,8 +49,48 @@ func (sb *sessionBackends) backend(ctx context.Context, name, image string) (san
 		return sb.native, nil
 	case "docker":
 		return sb.docker(ctx, image)
+	case "kubernetes":
+		return sb.kubernetes(image)
 	}
-	return nil, fmt.Errorf("backend %q is not served here; want native or docker", name)
+	return nil, fmt.Errorf("backend %q is not served here; want native, docker or kubernetes", name)
+}
+
+// kubernetes is the backend of pods of image, in sandbox.kubernetes.namespace, whose
+// only egress is this proxy's Service (sandbox.kubernetes.proxy_service, default
+// airlock/airlock).
+func (sb *sessionBackends) kubernetes(image string) (*kubernetes.Backend, error) {
+	if image == "" {
+		return nil, errors.New("a kubernetes sandbox needs an image (the pod's image, pulled by the cluster)")
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if b := sb.kbs[image]; b != nil {
+		return b, nil
+	}
+	if sb.kclient == nil {
+		connect := sb.connect
+		if connect == nil {
+			connect = kubernetes.Connect
+		}
+		c, rc, err := connect(sb.kube.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("this airlock reaches no Kubernetes cluster (sandbox.kubernetes.kubeconfig, $KUBECONFIG, ~/.kube/config, or its pod's service account): %w", err)
+		}
+		sb.kclient, sb.krest = c, rc
+	}
+	b, err := kubernetes.New(kubernetes.Options{
+		Client: sb.kclient, RESTConfig: sb.krest, Execer: sb.execer, Namespace: sb.kube.Namespace, Image: image,
+		ProxyService: cmp.Or(sb.kube.ProxyService, "airlock"), ProxyNamespace: cmp.Or(sb.kube.ProxyNamespace, "airlock"),
+		ProxyPort: sb.kube.ProxyPort, Tokens: sb.tokens, RuntimeClassName: sb.kube.RuntimeClass, Logger: sb.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if sb.kbs == nil {
+		sb.kbs = map[string]*kubernetes.Backend{}
+	}
+	sb.kbs[image] = b
+	return b, nil
 }
 
 func (sb *sessionBackends) docker(ctx context.Context, image string) (*docker.Backend, error) {
