@@ -203,6 +203,40 @@ func sandboxLeftovers(t *testing.T, id string) string {
 	return strings.Join(out, "; ")
 }
 
+// hostTraces lists what on the host names sandbox id: files under /run/airlock, cgroups,
+// mounts, and processes in a cgroup of its.
+func hostTraces(t *testing.T, id string) []string {
+	t.Helper()
+	var out []string
+	walk := func(root string, depth int) {
+		base := strings.Count(root, "/")
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if d.IsDir() && strings.Count(p, "/")-base >= depth {
+				return filepath.SkipDir
+			}
+			if strings.Contains(d.Name(), id) {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	walk("/run/airlock", 6)
+	walk("/sys/fs/cgroup", 5)
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), id) {
+		out = append(out, "a mount")
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), id) {
+			out = append(out, "process "+p)
+		}
+	}
+	return out
+}
+
 // TestDockerSessionThroughProxy: `airlock sandbox create --backend docker --image IMG`
 // against a real `airlock proxy` makes a container sandbox of a local image; exec, cp, ls,
 // report and rm work on it; rm leaves no container or network; a missing image and an
@@ -258,7 +292,7 @@ func TestDockerSessionThroughProxy(t *testing.T) {
 		t.Errorf("missing image: exit %d %q", code, errOut)
 	}
 	_, errOut, code = s.airlock(t, "create", "--image", testImage)
-	if code == 0 || !strings.Contains(errOut, "image is for the docker backend") {
+	if code == 0 || !strings.Contains(errOut, "image is for the docker and kubernetes backends") {
 		t.Errorf("image on native: exit %d %q", code, errOut)
 	}
 	if _, errOut, code = s.airlock(t, "create", "--backend", "docker"); code == 0 || !strings.Contains(errOut, "needs an image") {
@@ -278,6 +312,11 @@ func TestDockerSessionAdoptedAfterCrash(t *testing.T) {
 	s.must(t, "exec", id, "--", "sh", "-c", "echo kept > /tmp/keep")
 	_, before, _ := s.info(t, id)
 
+	if tr := hostTraces(t, native); len(tr) == 0 {
+		t.Fatalf("the native session %s has no trace on the host to look for", native)
+	} else {
+		t.Logf("the native session on the host before the crash: %v", tr)
+	}
 	s.stop(t, syscall.SIGKILL)
 	// What the check after rm looks for is there while the sandbox lives.
 	if l := sandboxLeftovers(t, id); !strings.Contains(l, "ps:") || !strings.Contains(l, "state directory") || !strings.Contains(l, "mount") || !strings.Contains(l, "uid slot") {
@@ -301,6 +340,9 @@ func TestDockerSessionAdoptedAfterCrash(t *testing.T) {
 	}
 	if code, inf, b := s.info(t, native); code != 200 || inf.State != session.StateEnded || !strings.Contains(inf.EndReason, "airlock restarted") {
 		t.Errorf("native session after restart: %d %s", code, b)
+	}
+	if tr := hostTraces(t, native); len(tr) != 0 {
+		t.Errorf("the native session left on the host: %v", tr)
 	}
 	if b, err := os.ReadFile(filepath.Join(s.dir, "sessions", native+".report.json")); err != nil || !strings.Contains(string(b), "airlock restarted") {
 		t.Errorf("native session's report: %s %v", b, err)
