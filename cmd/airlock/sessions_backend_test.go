@@ -17,7 +17,7 @@ func TestSessionBackendsRefuse(t *testing.T) {
 	for _, c := range []struct{ name, image, want string }{
 		{"docker", "busybox:latest", "this airlock has no Docker daemon to run docker sandboxes"},
 		{"docker", "", "needs an image"},
-		{"vm", "", `backend "vm" is not served here; want native or docker`},
+		{"vm", "", `backend "vm" is not served here; want native, docker or kubernetes`},
 	} {
 		if _, err := sb.backend(context.Background(), c.name, c.image); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %q: got %v, want %q", c.name, c.image, err, c.want)
