@@ -57,14 +57,20 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 	if err != nil {
 		return nil, err
 	}
-	s.adoptSessions(ctx, m)
+	s.adoptSessions(ctx, m, backends)
 	return m, nil
 }
 
 // adoptSessions takes over the sessions an earlier run of this airlock left (Docker ones
-// alive, native ones ended: see session.Manager.Adopt).
-func (s *stack) adoptSessions(ctx context.Context, m *session.Manager) {
+// alive, native and Kubernetes ones ended: see session.Manager.Adopt), then removes the
+// Docker sandboxes of dead airlocks that none took over.
+func (s *stack) adoptSessions(ctx context.Context, m *session.Manager, backends *sessionBackends) {
 	adopted, ended, err := m.Adopt(ctx)
+	if n, err := backends.removeDockerLeftovers(ctx); err != nil {
+		s.log.Error("removing the docker sandboxes of dead airlocks", "err", err)
+	} else if n > 0 {
+		s.log.Warn("removed the docker sandboxes of dead airlocks that no session took over", "containers", n)
+	}
 	if err != nil {
 		s.log.Error("taking over the sandbox sessions of an earlier run", "err", err)
 	}

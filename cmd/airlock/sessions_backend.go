@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/client"
@@ -139,6 +140,25 @@ func (sb *sessionBackends) client(ctx context.Context) (*client.Client, error) {
 		return nil, fmt.Errorf("this airlock has no Docker daemon to run docker sandboxes (%s does not answer): %w", sb.cli.DaemonHost(), err)
 	}
 	return sb.cli, nil
+}
+
+// removeDockerLeftovers removes the sandbox containers (and their state) of airlock
+// processes of this host that died and whose sessions no airlock took over (Adopt runs
+// first): nothing is left running that no airlock watches. A host without a Docker daemon
+// has none.
+func (sb *sessionBackends) removeDockerLeftovers(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cli, err := sb.client(ctx)
+	if err != nil {
+		return 0, nil
+	}
+	// RemoveLeftovers looks at labels, never at the image a backend is for.
+	b, err := docker.New(docker.Options{Image: "leftovers", Client: cli, Mode: docker.ModeNetNS, Logger: sb.log})
+	if err != nil {
+		return 0, err
+	}
+	return b.RemoveLeftovers(ctx)
 }
 
 // close releases the daemon connection.

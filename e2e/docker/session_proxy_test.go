@@ -309,6 +309,10 @@ func TestDockerSessionAdoptedAfterCrash(t *testing.T) {
 	id := strings.TrimSpace(s.must(t, "create", "--backend", "docker", "--image", testImage, "--ttl", "2h"))
 	t.Cleanup(func() { removeSandbox(id) })
 	native := strings.TrimSpace(s.must(t, "create"))
+	// A docker session whose record is lost: no session takes its container over, so the
+	// restart removes it.
+	orphan := strings.TrimSpace(s.must(t, "create", "--backend", "docker", "--image", testImage))
+	t.Cleanup(func() { removeSandbox(orphan) })
 	s.must(t, "exec", id, "--", "sh", "-c", "echo kept > /tmp/keep")
 	_, before, _ := s.info(t, id)
 
@@ -322,8 +326,14 @@ func TestDockerSessionAdoptedAfterCrash(t *testing.T) {
 	if l := sandboxLeftovers(t, id); !strings.Contains(l, "ps:") || !strings.Contains(l, "state directory") || !strings.Contains(l, "mount") || !strings.Contains(l, "uid slot") {
 		t.Fatalf("the container and its host side did not outlive the crash: %q", l)
 	}
+	if err := os.Remove(filepath.Join(s.dir, "sessions", orphan+".json")); err != nil {
+		t.Fatal(err)
+	}
 	s.start(t)
 
+	if l := sandboxLeftovers(t, orphan); l != "" {
+		t.Errorf("the docker sandbox no session took over is left: %s", l)
+	}
 	code, after, body := s.info(t, id)
 	if code != 200 || after.State != session.StateRunning {
 		t.Fatalf("after restart: %d %s, want it running", code, body)

@@ -69,6 +69,10 @@ func (b *Backend) RemoveLeftovers(ctx context.Context) (int, error) {
 		if id := c.Labels[Label]; id != "" && !strings.ContainsAny(id, "/.") {
 			if unmountPts(filepath.Join(b.opts.StateDir, id)) == nil {
 				_ = os.RemoveAll(filepath.Join(b.opts.StateDir, id))
+				// Its uid range, however young: its container is gone.
+				if release := sandbox.ReclaimUIDRange(id, b.opts.StateDir); release != nil {
+					release()
+				}
 			}
 		}
 	}
