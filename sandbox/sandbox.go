@@ -74,6 +74,35 @@ func New(ctx context.Context, o Options) (*Sandbox, error) {
 	return s, nil
 }
 
+// Adopter is a Backend whose sandboxes outlive the process that created them (Docker's
+// containers), so that a restarted airlock can take one over again.
+type Adopter interface {
+	// Adopt takes over the running sandbox o.ID that an earlier, no longer running
+	// process created with the same options, and gives the proxy (o.Proxy) its listener
+	// again. When it cannot, it removes what is left of that sandbox and says why.
+	Adopt(ctx context.Context, o Options) (Instance, error)
+}
+
+// Adopt takes over a sandbox an earlier airlock process created (see Adopter), as New
+// creates one; its report counts from now.
+func Adopt(ctx context.Context, o Options) (*Sandbox, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	a, ok := o.Backend.(Adopter)
+	if !ok {
+		return nil, fmt.Errorf("adopt sandbox %s: its backend cannot take over a sandbox of another process", o.ID)
+	}
+	inst, err := a.Adopt(ctx, o)
+	if err != nil {
+		return nil, fmt.Errorf("adopt sandbox %s: %w", o.ID, err)
+	}
+	s := &Sandbox{opts: o, inst: inst, env: baseEnv(o)}
+	s.report = Report{SandboxID: o.ID, Labels: o.Labels, PolicyRevision: o.PolicyRevision, Start: time.Now()}
+	return s, nil
+}
+
 // ID is the sandbox's identity id.
 func (s *Sandbox) ID() string { return s.opts.ID }
 

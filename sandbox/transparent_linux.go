@@ -184,12 +184,14 @@ func inNetns(nsPath string, fn func(nsFD int) error) error {
 }
 
 // setupTransparent adds the local routes and the redirect rules in the calling thread's
-// network namespace (nsFD is its descriptor, for the nftables connection).
+// network namespace (nsFD is its descriptor, for the nftables connection). It may run
+// again in a namespace it set up (a restarted airlock taking a sandbox over): a route
+// already there is the one it adds, and the rules are replaced, not added twice.
 func setupTransparent(nsFD int) error {
-	if err := addLocalRoute(unix.AF_INET); err != nil {
+	if err := addLocalRoute(unix.AF_INET); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("route every IPv4 address to lo: %w", err)
 	}
-	if err := addLocalRoute(unix.AF_INET6); err != nil {
+	if err := addLocalRoute(unix.AF_INET6); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("route every IPv6 address to lo: %w", err)
 	}
 	c, err := nftables.New(nftables.WithNetNSFd(nsFD))
@@ -210,6 +212,7 @@ func setupTransparent(nsFD int) error {
 // other TCP goes to TransparentPort.
 func redirectRules(c *nftables.Conn, family nftables.TableFamily, daddrOff uint32, loop netip.Prefix) {
 	t := c.AddTable(&nftables.Table{Family: family, Name: "airlock"})
+	c.FlushTable(t) // the rules of an earlier setup, if any
 	ch := c.AddChain(&nftables.Chain{Name: "redirect", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})
 	addr := loop.Addr().AsSlice()

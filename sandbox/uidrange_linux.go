@@ -110,3 +110,21 @@ func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
 }
+
+// ReclaimUIDRange finds the range ReserveUIDRange reserved for sandbox id under owner (by
+// an earlier process that took the sandbox and died) and returns the function that frees
+// it; nil when there is none.
+func ReclaimUIDRange(id, owner string) (release func()) {
+	slots, _ := os.ReadDir(SlotDir)
+	for _, s := range slots {
+		path := filepath.Join(SlotDir, s.Name())
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if sid, o, _ := strings.Cut(strings.TrimSpace(string(b)), "\n"); sid == id && o == filepath.Clean(owner) {
+			return func() { _ = os.Remove(path) }
+		}
+	}
+	return nil
+}

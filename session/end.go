@@ -82,6 +82,13 @@ func (m *Manager) sweep() {
 	}
 }
 
+// ending reports whether the session is being or was destroyed.
+func (s *Session) ending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state != StateRunning
+}
+
 // end destroys the session once; later calls wait for the first and share its result.
 func (s *Session) end(ctx context.Context, reason string) (sandbox.Report, error) {
 	s.endOnce.Do(func() {

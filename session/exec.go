@@ -107,6 +107,9 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, eio Exec
 		return ExecResult{}, err
 	}
 	timeout, err := checkExec(&req, s.execTimeout)
+	if err == nil {
+		err = m.checkExecTimeout(timeout)
+	}
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -255,7 +258,9 @@ func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duratio
 		switch {
 		case errors.As(context.Cause(ctx), &ce):
 			r.Error = "the command was killed: " + ce.Error()
-		case errors.Is(err, sandbox.ErrClosed):
+		case errors.Is(err, sandbox.ErrClosed), s.ending():
+			// The end cancels the commands before it closes the sandbox: either may
+			// be what stopped this one.
 			r.Error = "the sandbox was deleted during the command"
 		case out.gone():
 			r.Error = "the client went away; the command was killed"

@@ -169,9 +169,9 @@ func TestAdopt(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "sbx-old.json"), []byte(rec), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ended, err := e.m.Adopt(context.Background())
-	if err != nil || len(ended) != 1 || ended[0] != "sbx-old" {
-		t.Fatalf("Adopt: %v %v", ended, err)
+	adopted, ended, err := e.m.Adopt(context.Background())
+	if err != nil || len(ended) != 1 || ended[0] != "sbx-old" || len(adopted) != 0 {
+		t.Fatalf("Adopt: adopted %v, ended %v, %v", adopted, ended, err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "sbx-old.report.json")); err != nil || !strings.Contains(string(b), "airlock restarted") {
 		t.Errorf("report: %s %v", b, err)

@@ -1,9 +1,7 @@
 package session
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,8 +10,6 @@ import (
 
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/internal/procstat"
-	"github.com/airlock-proxy/airlock/sandbox"
-	"github.com/airlock-proxy/airlock/sandbox/native"
 )
 
 // registry keeps one record per live session in a directory shared by the airlocks of a
@@ -23,18 +19,27 @@ import (
 type registry struct {
 	dir   string
 	owner string
+	named bool // owner was configured (sessions.owner), not made of host and pid
 	pid   int
 	start uint64
 }
 
 // record is a session's file in the registry.
 type record struct {
-	ID      string    `json:"id"`
-	Owner   string    `json:"owner"`
+	ID    string `json:"id"`
+	Owner string `json:"owner"`
+	// Named: Owner is a configured name (sessions.owner), the same across restarts; only
+	// the airlock of that name takes the session over.
+	Named   bool      `json:"named,omitempty"`
 	PID     int       `json:"pid"`
 	Start   uint64    `json:"start"`
 	Backend string    `json:"backend"`
 	Created time.Time `json:"created"`
+	// Spec and Expires let a restarted airlock take the session over (Adopt). The spec
+	// holds the env values the create asked for: the file is root's alone (0600 in a 0700
+	// directory) and removed when the session ends.
+	Spec    *Spec     `json:"spec,omitempty"`
+	Expires time.Time `json:"expires,omitzero"`
 }
 
 func openRegistry(dir, owner string) (*registry, error) {
@@ -42,11 +47,12 @@ func openRegistry(dir, owner string) (*registry, error) {
 		return nil, fmt.Errorf("sessions.state_dir %s: %w", dir, err)
 	}
 	pid := os.Getpid()
+	named := owner != ""
 	if owner == "" {
 		h, _ := os.Hostname()
 		owner = fmt.Sprintf("%s:%d", h, pid)
 	}
-	return &registry{dir: dir, owner: owner, pid: pid, start: procstat.StartTime(pid)}, nil
+	return &registry{dir: dir, owner: owner, named: named, pid: pid, start: procstat.StartTime(pid)}, nil
 }
 
 func (r *registry) path(id string) string { return filepath.Join(r.dir, id+".json") }
@@ -70,15 +76,20 @@ func alive(rec record) bool {
 	return rec.PID > 0 && procstat.StartTime(rec.PID) == rec.Start && rec.Start != 0
 }
 
-// claim records id as this process's; a live session of another process is a
-// NotOwnerError.
-func (r *registry) claim(id, backend string) error {
+// claim records rec.ID as this process's (rec's owner fields are set here); a live session
+// of another process is a NotOwnerError.
+func (r *registry) claim(rec record) error {
+	id := rec.ID
 	if rec, ok := r.read(id); ok && !r.mine(rec) && alive(rec) {
 		return &NotOwnerError{ID: id, Owner: rec.Owner}
 	} else if ok && r.mine(rec) {
 		return fmt.Errorf("%w: sandbox %s already exists", ErrConflict, id)
 	}
-	b, _ := json.Marshal(record{ID: id, Owner: r.owner, PID: r.pid, Start: r.start, Backend: backend, Created: time.Now().UTC()})
+	rec.Owner, rec.Named, rec.PID, rec.Start = r.owner, r.named, r.pid, r.start
+	if rec.Created.IsZero() {
+		rec.Created = time.Now().UTC()
+	}
+	b, _ := json.Marshal(rec)
 	tmp := r.path(id) + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("record session: %w", err)
@@ -119,48 +130,4 @@ func (r *registry) orphans() []record {
 		}
 	}
 	return out
-}
-
-// Adopt takes over the sessions an earlier airlock process left in the state directory.
-// A native sandbox cannot outlive the airlock that holds it (its processes die with it),
-// so none can be re-adopted alive: what it left (cgroups, mounts, uid slot, state) is
-// removed with the native backend's Cleanup, a report saying so is written beside its
-// record (ID.report.json), and the session is answered as ended. It returns the ids it
-// ended.
-func (m *Manager) Adopt(ctx context.Context) ([]string, error) {
-	var ended []string
-	var errs []error
-	orphans := m.reg.orphans()
-	if len(orphans) == 0 {
-		return nil, nil
-	}
-	if n, ok := m.opts.Base.Backend.(*native.Native); ok && os.Geteuid() == 0 {
-		if err := n.Cleanup(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("remove what earlier sandboxes left: %w", err))
-		}
-	}
-	now := m.opts.Now()
-	for _, rec := range orphans {
-		reason := "airlock restarted: a " + rec.Backend + " sandbox ends with the airlock process that holds it, so it was destroyed"
-		rep := sandbox.Report{SandboxID: rec.ID, Start: rec.Created, End: now}
-		b, _ := json.MarshalIndent(struct {
-			sandbox.Report
-			EndReason string `json:"end_reason"`
-			Owner     string `json:"previous_owner"`
-		}{rep, reason, rec.Owner}, "", "  ")
-		if err := os.WriteFile(filepath.Join(m.reg.dir, rec.ID+".report.json"), append(b, '\n'), 0o600); err != nil {
-			errs = append(errs, fmt.Errorf("write the report of %s: %w", rec.ID, err))
-		}
-		if err := os.Remove(m.reg.path(rec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
-		m.mu.Lock()
-		m.ended[rec.ID] = &tombstone{info: Info{ID: rec.ID, State: StateEnded, Owner: rec.Owner, Backend: rec.Backend,
-			Created: rec.Created, Ended: now, EndReason: reason}, report: rep, execs: map[string]*ExecResult{}}
-		m.endedList = append(m.endedList, rec.ID)
-		m.mu.Unlock()
-		m.log.Warn("a sandbox session of an earlier airlock run was destroyed", "sandbox", rec.ID, "previous_owner", rec.Owner)
-		ended = append(ended, rec.ID)
-	}
-	return ended, errors.Join(errs...)
 }

@@ -36,6 +36,7 @@ const (
 const (
 	DefaultTTL          = time.Hour
 	DefaultIdleTimeout  = 15 * time.Minute
+	DefaultMaxTTL       = 24 * time.Hour
 	DefaultMaxSessions  = 32
 	DefaultMaxFileBytes = 8 << 20
 	// DefaultStateDir holds one record per session, for every airlock on the machine:
@@ -79,7 +80,7 @@ type Spec struct {
 	CPUs        float64           `json:"cpus,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
-	Backend     string            `json:"backend,omitempty"` // native (default) or docker
+	Backend     string            `json:"backend,omitempty"` // native (default), docker or kubernetes
 	Image       string            `json:"image,omitempty"`
 	TTL         string            `json:"ttl,omitempty"`
 	IdleTimeout string            `json:"idle_timeout,omitempty"`
@@ -121,10 +122,17 @@ type Options struct {
 	// Owner names this airlock to other replicas (its admin URL, or host:pid).
 	Owner    string
 	StateDir string // default DefaultStateDir
-	// Defaults and bounds of the sessions.
-	TTL, IdleTimeout, MaxTTL time.Duration
-	MaxSessions              int
-	MaxFileBytes             int64
+	// Defaults and bounds of the sessions: a create may ask for a ttl up to MaxTTL
+	// (default DefaultMaxTTL) and an idle timeout up to MaxIdleTimeout (default MaxTTL).
+	// Its memory, pids and cpus are bounded by Base's (Base.Memory 0: the backend's
+	// default, sandbox.DefaultMemory; Base.Pids 0: sandbox.DefaultPids; Base.CPUs 0: none),
+	// which are also their defaults.
+	TTL, IdleTimeout, MaxTTL, MaxIdleTimeout time.Duration
+	// MaxExecTimeout bounds each command's timeout and is its default (0: none beyond the
+	// session's life).
+	MaxExecTimeout time.Duration
+	MaxSessions    int
+	MaxFileBytes   int64
 	// WorkspaceRoots are the host directories a session's workspace may be (or be under);
 	// none: a create that names a workspace is refused. An issuer token is not the host's
 	// root: without this bound it could mount /etc read-write.
@@ -166,23 +174,8 @@ type tombstone struct {
 // New returns a Manager and starts its ttl and idle sweep. creds, shared with the proxy
 // (proxy.Options.Execs), attributes commands' requests; it may be nil.
 func New(o Options, creds *Credentials) (*Manager, error) {
-	if o.TTL <= 0 {
-		o.TTL = DefaultTTL
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.MaxSessions <= 0 {
-		o.MaxSessions = DefaultMaxSessions
-	}
-	if o.MaxFileBytes <= 0 {
-		o.MaxFileBytes = DefaultMaxFileBytes
-	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = time.Second
-	}
-	if o.StateDir == "" {
-		o.StateDir = DefaultStateDir
+	if err := o.fill(); err != nil {
+		return nil, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -261,7 +254,9 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 		delete(m.sessions, o.ID)
 		m.mu.Unlock()
 	}
-	if err := m.reg.claim(o.ID, backendName); err != nil {
+	spec.ID = o.ID
+	now := m.opts.Now()
+	if err := m.reg.claim(record{ID: o.ID, Backend: backendName, Spec: &spec, Created: now, Expires: now.Add(ttl)}); err != nil {
 		release()
 		return Info{}, err
 	}
@@ -288,13 +283,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 	if m.opts.Started != nil {
 		m.opts.Started(sb)
 	}
-	now := m.opts.Now()
-	s := &Session{m: m, id: sb.ID(), spec: spec, sb: sb, backend: backendName, created: now,
-		expires: now.Add(ttl), idle: idle, execTimeout: execTimeout, state: StateRunning, lastActive: now,
-		execs: map[string]*ExecResult{}, cancels: map[string]context.CancelFunc{}, endDone: make(chan struct{})}
-	m.mu.Lock()
-	m.sessions[s.id] = s
-	m.mu.Unlock()
+	s := m.add(sb, spec, backendName, now, now.Add(ttl), idle, execTimeout)
 	m.log.Info("sandbox session created", "sandbox", s.id, "backend", backendName, "expires", s.expires)
 	return s.info(), nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,41 @@ import (
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/sandbox"
 )
+
+// fill sets the defaults of the bounds and checks that each default is within its bound.
+func (o *Options) fill() error {
+	if o.MaxTTL <= 0 {
+		o.MaxTTL = max(DefaultMaxTTL, o.TTL)
+	}
+	if o.TTL <= 0 {
+		o.TTL = min(DefaultTTL, o.MaxTTL)
+	}
+	if o.MaxIdleTimeout <= 0 {
+		o.MaxIdleTimeout = max(o.MaxTTL, o.IdleTimeout)
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = min(DefaultIdleTimeout, o.MaxIdleTimeout)
+	}
+	switch {
+	case o.TTL > o.MaxTTL:
+		return fmt.Errorf("sessions.ttl %s is longer than sessions.max_ttl %s", o.TTL, o.MaxTTL)
+	case o.IdleTimeout > o.MaxIdleTimeout:
+		return fmt.Errorf("sessions.idle_timeout %s is longer than sessions.max_idle_timeout %s", o.IdleTimeout, o.MaxIdleTimeout)
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = time.Second
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	return nil
+}
 
 // options turns a spec into sandbox options on top of Base, validating every field.
 func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, idle, execTimeout time.Duration, err error) {
@@ -27,6 +63,9 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 		if err := identity.CheckID(spec.ID); err != nil {
 			return o, "", 0, 0, 0, bad("id: %v", err)
 		}
+	}
+	if backend, err = checkBackend(spec); err != nil {
+		return o, "", 0, 0, 0, err
 	}
 	if spec.Workspace != "" {
 		dir, mode, err := sandbox.ParseWorkspace(spec.Workspace)
@@ -42,21 +81,8 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 		}
 		o.Workspace, o.WorkspaceMode = real, mode
 	}
-	if spec.Memory != "" {
-		n, err := sandbox.ParseSize(spec.Memory)
-		if err != nil {
-			return o, "", 0, 0, 0, bad("memory: %v", err)
-		}
-		o.Memory = n
-	}
-	if spec.Pids < 0 || spec.CPUs < 0 || spec.CPUs != spec.CPUs {
-		return o, "", 0, 0, 0, bad("pids and cpus must be positive")
-	}
-	if spec.Pids > 0 {
-		o.Pids = spec.Pids
-	}
-	if spec.CPUs > 0 {
-		o.CPUs = spec.CPUs
+	if err := m.limits(spec, &o); err != nil {
+		return o, "", 0, 0, 0, err
 	}
 	if len(spec.Labels) > 0 {
 		o.Labels = maps.Clone(spec.Labels)
@@ -67,18 +93,6 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 			return o, "", 0, 0, 0, bad("env: %q is not a variable name", k)
 		}
 		o.Env = append(o.Env, k+"="+spec.Env[k])
-	}
-	backend = spec.Backend
-	if backend == "" {
-		backend = "native"
-	}
-	switch backend {
-	case "native", "docker":
-	default:
-		return o, "", 0, 0, 0, bad("backend %q: want native or docker (kubernetes sandboxes are not served as sessions)", backend)
-	}
-	if spec.Image != "" && backend == "native" {
-		return o, "", 0, 0, 0, bad("image is for the docker backend; the native backend runs the host's root read-only")
 	}
 	dur := func(name, v string, def time.Duration) (time.Duration, error) {
 		if v == "" {
@@ -93,13 +107,19 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 	if ttl, err = dur("ttl", spec.TTL, m.opts.TTL); err != nil {
 		return o, "", 0, 0, 0, err
 	}
-	if m.opts.MaxTTL > 0 && ttl > m.opts.MaxTTL {
-		return o, "", 0, 0, 0, bad("ttl %s is longer than sessions.max_ttl %s", ttl, m.opts.MaxTTL)
+	if ttl > m.opts.MaxTTL {
+		return o, "", 0, 0, 0, overLimit("ttl %s", ttl, "sessions.max_ttl", m.opts.MaxTTL)
 	}
 	if idle, err = dur("idle_timeout", spec.IdleTimeout, m.opts.IdleTimeout); err != nil {
 		return o, "", 0, 0, 0, err
 	}
-	if execTimeout, err = dur("timeout", spec.Timeout, 0); err != nil {
+	if idle > m.opts.MaxIdleTimeout {
+		return o, "", 0, 0, 0, overLimit("idle_timeout %s", idle, "sessions.max_idle_timeout", m.opts.MaxIdleTimeout)
+	}
+	if execTimeout, err = dur("timeout", spec.Timeout, m.opts.MaxExecTimeout); err != nil {
+		return o, "", 0, 0, 0, err
+	}
+	if err := m.checkExecTimeout(execTimeout); err != nil {
 		return o, "", 0, 0, 0, err
 	}
 	// A session's commands each have their own timeout; the sandbox has none of its own.
@@ -110,6 +130,106 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 		o.ID = "sbx-" + hex.EncodeToString(b[:])
 	}
 	return o, backend, ttl, idle, execTimeout, nil
+}
+
+// checkBackend names the spec's backend and checks what it cannot have.
+func checkBackend(spec Spec) (string, error) {
+	bad := func(format string, a ...any) (string, error) {
+		return "", fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, a...))
+	}
+	backend := spec.Backend
+	if backend == "" {
+		backend = "native"
+	}
+	_, mode, _ := sandbox.ParseWorkspace(spec.Workspace)
+	switch {
+	case backend != "native" && backend != "docker" && backend != "kubernetes":
+		return bad("backend %q: want native, docker or kubernetes", backend)
+	case spec.Image != "" && backend == "native":
+		return bad("image is for the docker and kubernetes backends; the native backend runs the host's root read-only")
+	case spec.Workspace != "" && backend == "kubernetes":
+		return bad("workspace: host directories do not exist on the cluster's nodes; a kubernetes sandbox has none")
+	case spec.Workspace != "" && mode == sandbox.WorkspaceCoW && backend != "native":
+		return bad("workspace %s: copy-on-write is the native backend's alone; use DIR or DIR:ro", spec.Workspace)
+	}
+	return backend, nil
+}
+
+// ErrOverLimit is a create or exec asking for more than this airlock allows (400, naming
+// the config key and its value).
+var ErrOverLimit = fmt.Errorf("%w: over this airlock's limit", ErrBadRequest)
+
+func overLimit(format string, v any, key string, max any) error {
+	return fmt.Errorf("%w: %s is more than this airlock allows: %s is %v; ask for %v or less",
+		ErrOverLimit, fmt.Sprintf(format, v), key, max, max)
+}
+
+// limits sets the sandbox's memory, pids and cpus from the spec, each at most the
+// server's (Base: sandbox.memory, sandbox.pids, sandbox.cpus), which is also the default.
+func (m *Manager) limits(spec Spec, o *sandbox.Options) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, a...))
+	}
+	maxMem, maxPids, maxCPUs := m.maxMemory(), m.opts.Base.Pids, m.opts.Base.CPUs
+	if maxPids <= 0 {
+		maxPids = sandbox.DefaultPids
+	}
+	o.Memory, o.Pids = maxMem, maxPids
+	if spec.Memory != "" {
+		n, err := sandbox.ParseSize(spec.Memory)
+		if err != nil || n <= 0 {
+			return bad("memory %q: want a size such as 512M", spec.Memory)
+		}
+		if n > maxMem {
+			return overLimit("memory %s", spec.Memory, "sandbox.memory", sizeString(maxMem))
+		}
+		o.Memory = n
+	}
+	if spec.Pids < 0 || spec.CPUs < 0 || spec.CPUs != spec.CPUs || math.IsInf(spec.CPUs, 0) {
+		return bad("pids and cpus must be positive")
+	}
+	if spec.Pids > maxPids {
+		return overLimit("pids %d", spec.Pids, "sandbox.pids", maxPids)
+	}
+	if spec.Pids > 0 {
+		o.Pids = spec.Pids
+	}
+	if maxCPUs > 0 && spec.CPUs > maxCPUs {
+		return overLimit("cpus %g", spec.CPUs, "sandbox.cpus", maxCPUs)
+	}
+	if spec.CPUs > 0 {
+		o.CPUs = spec.CPUs
+	}
+	return nil
+}
+
+// maxMemory is the most memory a session may have: sandbox.memory, or the backend's
+// default when that is unset.
+func (m *Manager) maxMemory() int64 {
+	if m.opts.Base.Memory > 0 {
+		return m.opts.Base.Memory
+	}
+	return sandbox.DefaultMemory()
+}
+
+// checkExecTimeout bounds a command's timeout by sandbox.timeout, when set.
+func (m *Manager) checkExecTimeout(d time.Duration) error {
+	if m.opts.MaxExecTimeout > 0 && d > m.opts.MaxExecTimeout {
+		return overLimit("timeout %s", d, "sandbox.timeout", m.opts.MaxExecTimeout)
+	}
+	return nil
+}
+
+func sizeString(n int64) string {
+	for _, u := range []struct {
+		s string
+		n int64
+	}{{"G", 1 << 30}, {"M", 1 << 20}, {"k", 1 << 10}} {
+		if n%u.n == 0 {
+			return fmt.Sprintf("%d%s", n/u.n, u.s)
+		}
+	}
+	return fmt.Sprint(n)
 }
 
 func sortedKeys(m map[string]string) []string {

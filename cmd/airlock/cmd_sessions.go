@@ -42,10 +42,14 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 		auditor = s.audit
 	}
 	sc := cfg.Sessions
+	backends := &sessionBackends{native: base.Backend, runtime: cfg.Sandbox.Docker.Runtime, log: s.log,
+		kube: cfg.Sandbox.Kubernetes, tokens: s.proxy}
+	s.closers = append(s.closers, backends.close)
 	m, err := session.New(session.Options{
-		Base: base, Decider: s.engine, Approve: s.approvals, Auditor: auditor,
+		Base: base, Backend: backends.backend, Decider: s.engine, Approve: s.approvals, Auditor: auditor,
 		Tracer: s.telemetry.Tracer(), Owner: sc.Owner, StateDir: sc.StateDir,
-		TTL: sc.TTL, IdleTimeout: sc.IdleTimeout, MaxTTL: sc.MaxTTL, MaxSessions: sc.MaxSessions,
+		TTL: sc.TTL, IdleTimeout: sc.IdleTimeout, MaxTTL: sc.MaxTTL, MaxIdleTimeout: sc.MaxIdleTimeout,
+		MaxExecTimeout: cfg.Sandbox.Timeout, MaxSessions: sc.MaxSessions,
 		MaxFileBytes: sc.maxFileBytes(), WorkspaceRoots: sc.WorkspaceRoots, Logger: s.log,
 		Started: func(sb *sandbox.Sandbox) { s.fan.observe(sb.ID(), sb.Observe) },
 		Ended:   func(id string) { s.fan.forget(id) },
@@ -53,12 +57,29 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 	if err != nil {
 		return nil, err
 	}
-	if ended, err := m.Adopt(ctx); err != nil {
-		s.log.Error("ending the sandbox sessions of an earlier run", "err", err)
-	} else if len(ended) > 0 {
-		s.log.Warn("ended the sandbox sessions of an earlier run (native sandboxes do not outlive their airlock); their reports are in sessions.state_dir", "sandboxes", ended)
-	}
+	s.adoptSessions(ctx, m, backends)
 	return m, nil
+}
+
+// adoptSessions takes over the sessions an earlier run of this airlock left (Docker ones
+// alive, native and Kubernetes ones ended: see session.Manager.Adopt), then removes the
+// Docker sandboxes of dead airlocks that none took over.
+func (s *stack) adoptSessions(ctx context.Context, m *session.Manager, backends *sessionBackends) {
+	adopted, ended, err := m.Adopt(ctx)
+	if n, err := backends.removeDockerLeftovers(ctx); err != nil {
+		s.log.Error("removing the docker sandboxes of dead airlocks", "err", err)
+	} else if n > 0 {
+		s.log.Warn("removed the docker sandboxes of dead airlocks that no session took over", "containers", n)
+	}
+	if err != nil {
+		s.log.Error("taking over the sandbox sessions of an earlier run", "err", err)
+	}
+	if len(adopted) > 0 {
+		s.log.Info("took over the sandbox sessions of an earlier run", "sandboxes", adopted)
+	}
+	if len(ended) > 0 {
+		s.log.Warn("ended the sandbox sessions of an earlier run that could not be taken over (native sandboxes do not outlive their airlock); their reports are in sessions.state_dir", "sandboxes", ended)
+	}
 }
 
 // sessionRoutes mounts the sessions API behind issuer authentication.

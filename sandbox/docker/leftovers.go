@@ -57,7 +57,7 @@ func (b *Backend) RemoveLeftovers(ctx context.Context) (int, error) {
 	var errs []error
 	n := 0
 	for _, c := range cs {
-		if !ownerGone(c.Labels[OwnerLabel]) {
+		if !ownerGone(b.ownerOf(c.Labels[Label], c.Labels)) {
 			continue
 		}
 		err := b.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
@@ -69,6 +69,10 @@ func (b *Backend) RemoveLeftovers(ctx context.Context) (int, error) {
 		if id := c.Labels[Label]; id != "" && !strings.ContainsAny(id, "/.") {
 			if unmountPts(filepath.Join(b.opts.StateDir, id)) == nil {
 				_ = os.RemoveAll(filepath.Join(b.opts.StateDir, id))
+				// Its uid range, however young: its container is gone.
+				if release := sandbox.ReclaimUIDRange(id, b.opts.StateDir); release != nil {
+					release()
+				}
 			}
 		}
 	}
