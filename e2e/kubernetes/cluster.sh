@@ -299,6 +299,7 @@ up() {
 		--kubelet-client-certificate "$p/apiserver-kubelet-client.crt" --kubelet-client-key "$p/apiserver-kubelet-client.key" \
 		--service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
 		--service-account-issuer https://kubernetes.default.svc.cluster.local \
+		--kubelet-preferred-address-types InternalIP \
 		--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
 		--profiling=false
 	wait_for kube-apiserver 120 curl -fsS --cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" "https://127.0.0.1:$SECURE_PORT/readyz"
@@ -354,6 +355,12 @@ EOC
   ]
 }
 EOC
+	# containerd 1.6 keeps its shims' sockets and runc's state under /run/containerd and the
+	# CNI plugins their cache under /var/lib/cni whatever the config says: `down` removes
+	# those it made.
+	for d in /run/containerd /var/lib/cni; do
+		[ -e "$d" ] || echo "$d" >>"$STATE/made-dirs"
+	done
 	start containerd containerd --config "$STATE/containerd/config.toml"
 	wait_for containerd 30 ctr --address "$CTRD_SOCK" version
 	ctr --address "$CTRD_SOCK" -n k8s.io images import "$CACHE/pause.tar" >/dev/null
@@ -503,6 +510,9 @@ down() {
 	for d in $(cgroup_dirs); do
 		[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 	done
+	if [ -f "$STATE/made-dirs" ]; then
+		while read -r d; do rm -rf "$d"; done <"$STATE/made-dirs"
+	fi
 	rm -rf "$STATE"
 	say "down"
 }
