@@ -355,9 +355,10 @@ EOC
   ]
 }
 EOC
-	# containerd 1.6 keeps its shims' sockets and runc's state under /run/containerd and the
-	# CNI plugins their cache under /var/lib/cni whatever the config says: `down` removes
-	# those it made.
+	# containerd 1.6 keeps its shims' sockets and runc's state under /run/containerd (so do
+	# Docker's containerd's shims) and the CNI plugins their cache under /var/lib/cni
+	# whatever the config says: `down` removes the empty directories left there when up made
+	# them.
 	for d in /run/containerd /var/lib/cni; do
 		[ -e "$d" ] || echo "$d" >>"$STATE/made-dirs"
 	done
@@ -511,7 +512,9 @@ down() {
 		[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 	done
 	if [ -f "$STATE/made-dirs" ]; then
-		while read -r d; do rm -rf "$d"; done <"$STATE/made-dirs"
+		while read -r d; do
+			[ -d "$d" ] && find "$d" -depth -type d -empty -delete 2>/dev/null || true
+		done <"$STATE/made-dirs"
 	fi
 	rm -rf "$STATE"
 	say "down"

@@ -81,17 +81,24 @@ func TestProxyDeployment(t *testing.T) {
 type recorder struct {
 	mu   sync.Mutex
 	reqs []string
-	rt   http.RoundTripper
 }
 
-func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	r.mu.Lock()
+// recording is one transport of the client (the REST client's, exec's WebSocket and SPDY
+// upgraders': each must keep its own, or the upgrade never reaches the upgrader) noting
+// its requests in rec.
+type recording struct {
+	rec *recorder
+	rt  http.RoundTripper
+}
+
+func (r *recording) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.rec.mu.Lock()
 	q := ""
 	if req.URL.Query().Get("watch") == "true" {
 		q = "?watch"
 	}
-	r.reqs = append(r.reqs, req.Method+" "+req.URL.Path+q)
-	r.mu.Unlock()
+	r.rec.reqs = append(r.rec.reqs, req.Method+" "+req.URL.Path+q)
+	r.rec.mu.Unlock()
 	return r.rt.RoundTrip(req)
 }
 
@@ -101,7 +108,7 @@ func saClient(t *testing.T) (k8s.Interface, *rest.Config, *recorder) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", env.saKubeconfig)
 	must(t, err)
 	rec := &recorder{}
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { rec.rt = rt; return rec }
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &recording{rec: rec, rt: rt} }
 	cs, err := k8s.NewForConfig(cfg)
 	must(t, err)
 	return cs, cfg, rec
@@ -316,7 +323,7 @@ func assertNothingLeft(t *testing.T, id, podUID string) {
 func checkRBAC(t *testing.T, reqs []string) {
 	t.Helper()
 	used := map[string]bool{} // "resource/sub verb"
-	path := regexp.MustCompile(`^(GET|POST|DELETE|PUT|PATCH) /(?:api/v1|apis/[a-z.]+/v1)/namespaces/([a-z0-9-]+)/([a-z]+)(?:/([^/]+))?(?:/([a-z]+))?(\?watch)?$`)
+	path := regexp.MustCompile(`^(GET|POST|DELETE|PUT|PATCH) /(?:api/v1|apis/[a-z0-9.]+/v1)/namespaces/([a-z0-9-]+)/([a-z]+)(?:/([^/]+))?(?:/([a-z]+))?(\?watch)?$`)
 	for _, r := range reqs {
 		m := path.FindStringSubmatch(r)
 		if m == nil {
