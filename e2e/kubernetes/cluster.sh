@@ -281,6 +281,8 @@ up() {
 	done
 	# Pod traffic is bridged: NetworkPolicy (kube-router's iptables rules) sees it only with
 	# br_netfilter's hooks on.
+	# `down` puts back what was there.
+	sysctl -e net.bridge.bridge-nf-call-iptables net.ipv4.ip_forward | tr -d ' ' >"$STATE/sysctl"
 	sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.ipv4.ip_forward=1 || die "cannot enable bridge netfilter hooks"
 
 	say "etcd"
@@ -511,6 +513,10 @@ down() {
 	for d in $(cgroup_dirs); do
 		[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 	done
+	if [ -s "$STATE/sysctl" ]; then
+		# shellcheck disable=SC2046
+		sysctl -qw $(cat "$STATE/sysctl") || true
+	fi
 	if [ -f "$STATE/made-dirs" ]; then
 		while read -r d; do
 			[ -d "$d" ] && find "$d" -depth -type d -empty -delete 2>/dev/null || true
