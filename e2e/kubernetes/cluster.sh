@@ -15,7 +15,7 @@
 # built here.
 #
 # Binaries are cached by version in $AIRLOCK_K8S_CACHE (default /var/cache/airlock-k8s):
-# the first build takes ~15-20 min on 2 cores, later runs reuse it. Runtime state lives in
+# the first build takes ~15-25 min on 2 cores, later runs reuse it. Runtime state lives in
 # $AIRLOCK_K8S_STATE (default /run/airlock-k8s); `down` stops every process by the pid it
 # recorded, removes the iptables chains kube-router and the CNI plugins made, unmounts what
 # the kubelet and containerd mounted under the state directory, removes their cgroups and
@@ -102,7 +102,7 @@ build() {
 	done
 	local pkgs=()
 	for b in "${k8s_binaries[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-	say "building ${k8s_binaries[*]} $K8S_VERSION (cold: ~15 min on 2 cores)"
+	say "building ${k8s_binaries[*]} $K8S_VERSION (cold: ~15-25 min on 2 cores)"
 	(cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w ${ld[*]}" -o "$BIN/" "${pkgs[@]}")
 
 	say "building kube-router $KUBE_ROUTER_VERSION"
