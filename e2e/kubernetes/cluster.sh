@@ -49,11 +49,13 @@ install_packages() {
 		say "installing ${missing[*]}"
 		apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		# Debian starts the etcd it just installed; this cluster runs its own instance. A
+		# containerd service is left alone: Docker may be using it, and this cluster's
+		# containerd has a socket, root and state of its own.
+		if [[ " ${missing[*]} " == *" etcd-server "* ]]; then
+			systemctl disable --now etcd >/dev/null 2>&1 || true
+		fi
 	fi
-	# Debian starts the packaged services; this cluster runs its own instances.
-	for s in etcd containerd; do
-		systemctl disable --now "$s" >/dev/null 2>&1 || true
-	done
 }
 
 # ---------------------------------------------------------------------------------------
