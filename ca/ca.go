@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -63,7 +64,12 @@ func Init(dir string) (c *CA, created bool, err error) {
 	return c, err == nil, err
 }
 
-// Load reads the CA from dir. It refuses a key file readable by group or others.
+// Load reads the CA from dir. It refuses a key file that others may read: readable by
+// anyone at all, or by group or others when the process's own user owns it (a file
+// written with the usual umask). A key owned by another user and readable by its group
+// too is accepted: that is what a Kubernetes Secret volume with mode 0400 becomes under
+// the pod's fsGroup (root's file, 0440, group fsGroup), and the rule airlock applies to
+// its other secret files.
 func Load(dir string) (*CA, error) {
 	certPEM, err := os.ReadFile(filepath.Join(dir, certFile))
 	if err != nil {
@@ -74,14 +80,25 @@ func Load(dir string) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load CA key: %w", err)
 	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("load CA key: %s has mode %o, want 0600 (chmod 600 %s)", kp, st.Mode().Perm(), kp)
+	if keyExposed(st) {
+		return nil, fmt.Errorf("load CA key: %s has mode %o, want 0600 (chmod 600 %s; a secret volume with mode 0400 or 0440)", kp, st.Mode().Perm(), kp)
 	}
 	keyPEM, err := os.ReadFile(kp)
 	if err != nil {
 		return nil, fmt.Errorf("load CA key: %w", err)
 	}
 	return Parse(certPEM, keyPEM)
+}
+
+// keyExposed says whether a key file may be read by others than its owner (and, for a
+// file of another user, its group).
+func keyExposed(fi os.FileInfo) bool {
+	mode := fi.Mode().Perm()
+	if mode&0o026 != 0 { // readable by others, writable by group or others
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Uid == uint32(os.Geteuid()) && mode&0o070 != 0
 }
 
 // Parse builds a CA from PEM-encoded certificate and PKCS#8 or SEC1 EC key.

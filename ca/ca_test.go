@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -45,6 +46,50 @@ func TestLoadRefusesReadableKey(t *testing.T) {
 	}
 	if _, err := Load(dir); err == nil {
 		t.Fatal("Load accepted a world-readable CA key")
+	}
+}
+
+// TestLoadKeyModes: a key of airlock's own user must be 0600 (or 0400); one of another user
+// may also be read by its group, as a Kubernetes Secret volume with mode 0400 makes it under
+// the pod's fsGroup (root's file, 0440), never by others nor written by the group.
+func TestLoadKeyModes(t *testing.T) {
+	dir := t.TempDir()
+	if _, _, err := Init(dir); err != nil {
+		t.Fatal(err)
+	}
+	kp := filepath.Join(dir, keyFile)
+	other := -1
+	if os.Geteuid() == 0 {
+		other = 65532
+	}
+	for _, c := range []struct {
+		owner int // -1: the process's own user
+		mode  os.FileMode
+		ok    bool
+	}{
+		{-1, 0o600, true}, {-1, 0o400, true}, {-1, 0o640, false}, {-1, 0o440, false}, {-1, 0o604, false},
+		{other, 0o400, true}, {other, 0o440, true}, {other, 0o444, false}, {other, 0o460, false},
+	} {
+		if c.owner != -1 && other == -1 {
+			continue // chown needs root
+		}
+		uid := c.owner
+		if uid == -1 {
+			uid = os.Geteuid()
+		}
+		if err := os.Chown(kp, uid, os.Getegid()); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(kp, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(dir)
+		if c.ok && err != nil {
+			t.Errorf("owner %d mode %04o: %v, want the CA loaded", uid, c.mode, err)
+		}
+		if !c.ok && (err == nil || !strings.Contains(err.Error(), "want 0600")) {
+			t.Errorf("owner %d mode %04o: %v, want the key refused", uid, c.mode, err)
+		}
 	}
 }
 

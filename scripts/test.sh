@@ -2,7 +2,8 @@
 # airlock's test command (README, and .ci/run): installs what the tests need on a fresh
 # Debian machine with Go (Debian packages, Go modules), starts what they need (PostgreSQL),
 # and runs every suite: vet and gofmt, unit tests with -race, the e2e suites (sandbox
-# escapes, real clients, Chromium), the real-Vault module, benchmarks once, short fuzzing.
+# escapes, real clients, Chromium, Kubernetes on a real cluster), the real-Vault module,
+# benchmarks once, short fuzzing.
 # Needs root (or sudo) for apt-get and for the sandbox suites.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,9 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
 say "Debian packages"
-pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs tmux vim openssh-server openssh-client openssl bubblewrap)
+pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs tmux vim openssh-server openssh-client openssl bubblewrap
+	# the Kubernetes suite's cluster (e2e/kubernetes/cluster.sh)
+	etcd-server containerd runc containernetworking-plugins iptables ipset conntrack socat kmod)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -56,6 +59,12 @@ CGO_ENABLED=0 go test -count=1 ./sandbox/native/
 
 say "e2e suites (sandbox escapes, real clients through the proxy, approvals end to end, terminals driven through tmux)"
 go test -count=1 -tags e2e -timeout 20m ./e2e/...
+
+say "Kubernetes: deploy/kubernetes on a real single-node cluster built here (e2e/kubernetes)"
+# cluster.sh builds Kubernetes from its Go module once per version into
+# /var/cache/airlock-k8s (cold ~20 min on 2 cores, then a relink), brings the cluster up
+# for the suite and takes it down after it.
+go test -count=1 -tags k8s -timeout 50m ./e2e/kubernetes/
 
 say "approval page in headless Chromium"
 go test -count=1 -tags browser -run TestBrowser ./approval/

@@ -15,7 +15,7 @@
 # built here.
 #
 # Binaries are cached by version in $AIRLOCK_K8S_CACHE (default /var/cache/airlock-k8s):
-# the first build takes ~15-20 min on 2 cores, later runs reuse it. Runtime state lives in
+# the first build takes ~15-25 min on 2 cores, later runs reuse it. Runtime state lives in
 # $AIRLOCK_K8S_STATE (default /run/airlock-k8s); `down` stops every process by the pid it
 # recorded, removes the iptables chains kube-router and the CNI plugins made, unmounts what
 # the kubelet and containerd mounted under the state directory, removes their cgroups and
@@ -49,11 +49,13 @@ install_packages() {
 		say "installing ${missing[*]}"
 		apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		# Debian starts the etcd it just installed; this cluster runs its own instance. A
+		# containerd service is left alone: Docker may be using it, and this cluster's
+		# containerd has a socket, root and state of its own.
+		if [[ " ${missing[*]} " == *" etcd-server "* ]]; then
+			systemctl disable --now etcd >/dev/null 2>&1 || true
+		fi
 	fi
-	# Debian starts the packaged services; this cluster runs its own instances.
-	for s in etcd containerd; do
-		systemctl disable --now "$s" >/dev/null 2>&1 || true
-	done
 }
 
 # ---------------------------------------------------------------------------------------
@@ -102,7 +104,7 @@ build() {
 	done
 	local pkgs=()
 	for b in "${k8s_binaries[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-	say "building ${k8s_binaries[*]} $K8S_VERSION (cold: ~15 min on 2 cores)"
+	say "building ${k8s_binaries[*]} $K8S_VERSION (cold: ~15-25 min on 2 cores)"
 	(cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w ${ld[*]}" -o "$BIN/" "${pkgs[@]}")
 
 	say "building kube-router $KUBE_ROUTER_VERSION"
@@ -281,6 +283,8 @@ up() {
 	done
 	# Pod traffic is bridged: NetworkPolicy (kube-router's iptables rules) sees it only with
 	# br_netfilter's hooks on.
+	# `down` puts back what was there.
+	sysctl -e net.bridge.bridge-nf-call-iptables net.ipv4.ip_forward | tr -d ' ' >"$STATE/sysctl"
 	sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.ipv4.ip_forward=1 || die "cannot enable bridge netfilter hooks"
 
 	say "etcd"
@@ -299,6 +303,7 @@ up() {
 		--kubelet-client-certificate "$p/apiserver-kubelet-client.crt" --kubelet-client-key "$p/apiserver-kubelet-client.key" \
 		--service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
 		--service-account-issuer https://kubernetes.default.svc.cluster.local \
+		--kubelet-preferred-address-types InternalIP \
 		--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
 		--profiling=false
 	wait_for kube-apiserver 120 curl -fsS --cacert "$p/ca.crt" --cert "$p/admin.crt" --key "$p/admin.key" "https://127.0.0.1:$SECURE_PORT/readyz"
@@ -354,6 +359,13 @@ EOC
   ]
 }
 EOC
+	# containerd 1.6 keeps its shims' sockets and runc's state under /run/containerd (so do
+	# Docker's containerd's shims) and the CNI plugins their cache under /var/lib/cni
+	# whatever the config says: `down` removes the empty directories left there when up made
+	# them.
+	for d in /run/containerd /var/lib/cni; do
+		[ -e "$d" ] || echo "$d" >>"$STATE/made-dirs"
+	done
 	start containerd containerd --config "$STATE/containerd/config.toml"
 	wait_for containerd 30 ctr --address "$CTRD_SOCK" version
 	ctr --address "$CTRD_SOCK" -n k8s.io images import "$CACHE/pause.tar" >/dev/null
@@ -503,6 +515,15 @@ down() {
 	for d in $(cgroup_dirs); do
 		[ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 	done
+	if [ -s "$STATE/sysctl" ]; then
+		# shellcheck disable=SC2046
+		sysctl -qw $(cat "$STATE/sysctl") || true
+	fi
+	if [ -f "$STATE/made-dirs" ]; then
+		while read -r d; do
+			[ -d "$d" ] && find "$d" -depth -type d -empty -delete 2>/dev/null || true
+		done <"$STATE/made-dirs"
+	fi
 	rm -rf "$STATE"
 	say "down"
 }

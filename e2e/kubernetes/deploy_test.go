@@ -69,6 +69,10 @@ func randomString(n int) string { return base64.RawURLEncoding.EncodeToString(ra
 
 func deploy(ctx context.Context, dir string) (*deployment, error) {
 	d := &deployment{dir: dir}
+	// A cluster kept up (AIRLOCK_K8S_KEEP) after a run that died holds that run's objects.
+	if _, err := kubectl("", "delete", "namespace", proxyNS, sandboxNS, "--ignore-not-found", "--timeout", "3m"); err != nil {
+		return d, err
+	}
 	if _, err := kubectl("", "apply", "-f", filepath.Join(repo, "deploy/kubernetes/namespace.yaml")); err != nil {
 		return d, err
 	}

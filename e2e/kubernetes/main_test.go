@@ -10,7 +10,7 @@
 //	go test -tags k8s -count=1 -timeout 45m ./e2e/kubernetes/
 //
 // Needs root and a Docker engine (the images are built with it and copied into the
-// cluster's containerd). The first run builds Kubernetes (~15-20 min on 2 cores), cached in
+// cluster's containerd). The first run builds Kubernetes (~15-25 min on 2 cores), cached in
 // /var/cache/airlock-k8s. AIRLOCK_K8S_KEEP=1 leaves the cluster up after the run (and
 // reuses one that is up); `e2e/kubernetes/cluster.sh down` takes it down.
 package kubernetes_test
