@@ -329,7 +329,7 @@ func TestCLISandboxRun(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	t.Logf("stdout:\n%s\nstderr:\n%s", withoutProxyCredential(stdout.String()), stderr.String())
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
 		t.Fatalf("airlock sandbox run: %v, want the command's exit status 3", err)
 	}
@@ -382,4 +382,20 @@ func TestCLISandboxRun(t *testing.T) {
 			t.Errorf("replica %s: the finished run's credential got %d, want 407", r.name, resp.StatusCode)
 		}
 	}
+}
+
+// withoutProxyCredential is out with the password of each proxy= line's URL redacted: the
+// sandbox's proxy credential stays out of the test log.
+func withoutProxyCredential(out string) string {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if v, ok := strings.CutPrefix(l, "proxy="); ok {
+			if u, err := url.Parse(v); err == nil {
+				lines[i] = "proxy=" + u.Redacted()
+			} else {
+				lines[i] = "proxy=[unparsable, not shown]"
+			}
+		}
+	}
+	return strings.Join(lines, "\n")
 }
