@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/airlock-proxy/airlock/internal/event"
 )
@@ -111,7 +112,8 @@ var errIncomplete = errors.New("last line is incomplete (no newline): the file w
 
 // lastLine returns the last complete line of a file, or nil when the file is empty.
 func lastLine(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a named pipe opens at once (and is not read) instead of waiting for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -183,9 +183,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 		}
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		// The body is the upgraded connection and must stay an io.ReadWriter.
-		st.finish(req.Context())
-		return resp, nil
+		return st.switched(req, resp, fail)
 	}
 	resp.Body = &recordingBody{ReadCloser: resp.Body, onClose: func(n int64, cut string) {
 		st.ev.BytesOut = n
@@ -302,4 +300,40 @@ func setEscapedPath(r *http.Request, escaped string) error {
 	r.URL.Path = dec
 	r.URL.RawPath = escaped
 	return nil
+}
+
+// switched passes a 101 on: the body is the upgraded connection and stays an io.ReadWriter.
+// A 101 to a request that did not ask to switch protocols is refused (red team: a hostile
+// upstream's unasked 101 opened a raw pipe past the policy, and held the connection with
+// its slot already given back). The upgraded connection is closed when the sandbox's
+// request ends, so a silent upstream cannot outlive the client.
+func (st *reqState) switched(req *http.Request, resp *http.Response, fail func(refusal) (*http.Response, error)) (*http.Response, error) {
+	if req.Header.Get("Upgrade") == "" {
+		resp.Body.Close()
+		return fail(refusal{status: http.StatusBadGateway, decision: event.DecisionError, rule: "upstream",
+			reason: "the upstream answered 101 Switching Protocols to a request that did not ask to switch protocols", class: "upstream"})
+	}
+	st.finish(req.Context())
+	body := resp.Body
+	resp.Body = &upgradedBody{ReadCloser: body, stop: context.AfterFunc(req.Context(), func() { body.Close() })}
+	return resp, nil
+}
+
+// upgradedBody is an upgraded connection that stops watching the request when closed.
+type upgradedBody struct {
+	io.ReadCloser
+	stop func() bool
+}
+
+func (b *upgradedBody) Write(p []byte) (int, error) {
+	w, ok := b.ReadCloser.(io.Writer)
+	if !ok {
+		return 0, errors.New("the upgraded connection is read-only")
+	}
+	return w.Write(p)
+}
+
+func (b *upgradedBody) Close() error {
+	b.stop()
+	return b.ReadCloser.Close()
 }

@@ -99,7 +99,9 @@ func fileProblem(path string, mkdirs bool, flag int) error {
 	case err == nil && fi.IsDir():
 		return fmt.Errorf("%s is a directory", path)
 	case err == nil && fi.Mode().IsRegular():
-		f, err := os.OpenFile(path, flag, 0)
+		// O_NONBLOCK: should a named pipe replace the file meanwhile, the open fails or
+		// returns at once instead of waiting for the other end.
+		f, err := os.OpenFile(path, flag|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return err
 		}
@@ -140,7 +142,8 @@ func dirProblem(dir string, mkdirs bool) error {
 // sqliteProblem refuses an existing file that is not an SQLite database (start-up would
 // fail to migrate it). An empty file is a new database.
 func sqliteProblem(path string) error {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a named pipe put there opens at once instead of waiting for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -148,6 +151,11 @@ func sqliteProblem(path string) error {
 		return err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
 	head := make([]byte, 16)
 	n, err := io.ReadFull(f, head)
 	if n == 0 {
