@@ -232,6 +232,9 @@ func (f *Writer) keepCSI(final byte) bool {
 	}
 	private := strings.HasPrefix(params, "?")
 	fields := strings.Split(strings.TrimLeft(params, "?<=>"), ";")
+	for i, m := range fields {
+		fields[i] = paramValue(m)
+	}
 	switch final {
 	case 't':
 		return false
@@ -252,6 +255,16 @@ func (f *Writer) keepCSI(final byte) bool {
 		}
 	}
 	return true
+}
+
+// paramValue is a CSI parameter as a terminal reads it: its sub-parameters (after ':') cut
+// and its leading zeros dropped, so that "03" and "3:1" are the 3 they act as.
+func paramValue(m string) string {
+	m, _, _ = strings.Cut(m, ":")
+	if t := strings.TrimLeft(m, "0"); t != "" || m == "" {
+		return t
+	}
+	return "0"
 }
 
 // restoreBase is Restore's part that holds whatever the output did: attributes reset (no

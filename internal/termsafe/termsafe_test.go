@@ -65,6 +65,7 @@ func TestWriter(t *testing.T) {
 		{"broken UTF-8", "\xe2\x80a", "\ufffda"},
 		{"RIS dropped", "a\x1bcb", "ab"},
 		{"erase scrollback dropped, erase screen kept", "a\x1b[3Jb\x1b[2J\x1b[Jc\x9b3Jd\x1b[?3J", "ab\x1b[2J\x1b[Jcd"},
+		{"erase scrollback spelled with leading zeros or a sub-parameter dropped", "a\x1b[03Jb\x1b[3:1Jc\x1b[0003;J\x1b[00J", "abc\x1b[00J"},
 		{"leaving UTF-8 dropped", "a\x1b%@\xed\x9d\x80]52;c;eA==\x07b\x1b%Gc\x1b%8d", "a\xed\x9d\x80]52;c;eA==\x07bcd"},
 		{"charset designations kept", "\x1b(0q\x1b(B\x1b)0", "\x1b(0q\x1b(B\x1b)0"},
 	} {
@@ -232,6 +233,7 @@ func TestRestore(t *testing.T) {
 		{"alternate screen 1049", "\x1b[?1049h\x1b[8m", "\x1b[?1049l"},
 		{"alternate screen 47, among other modes", "\x1b[?1;47;25h", "\x1b[?47l"},
 		{"entered and left", "\x1b[?1049hx\x1b[?1049l", ""},
+		{"alternate screen spelled with leading zeros", "\x1b[?01049h", "\x1b[?1049l"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := NewWriter(&chunks{})
