@@ -38,6 +38,11 @@ type Instance interface {
 // ErrClosed is returned by Run on a closed sandbox, and wrapped by a Run that Close ended.
 var ErrClosed = errors.New("sandbox is closed")
 
+// ErrExists is wrapped by a backend's Create when a sandbox of that id (of this airlock or
+// another) already exists: the Create fails and leaves the other sandbox alone. Its text
+// reads after the id: fmt.Errorf("sandbox %s %w", id, ErrExists).
+var ErrExists = errors.New("already exists")
+
 // Sandbox is a running sandbox. Its commands share the workspace, identity, network
 // namespace, /tmp and $HOME until Close.
 type Sandbox struct {

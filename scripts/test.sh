@@ -52,6 +52,9 @@ if [ -n "$unformatted" ]; then
 fi
 
 say "unit tests (-race)"
+# The Docker backend's own tests start containers of the e2e image (sandbox/docker,
+# AIRLOCK_TEST_DOCKER_IMAGE); built here as e2e/docker's TestMain builds it.
+sh e2e/docker/build-image.sh airlock-sandbox-test:latest
 go test -race -count=1 ./...
 
 say "native sandboxes with the Go holder (what a binary built without cgo runs)"

@@ -284,3 +284,23 @@ func TestWebSocketExec(t *testing.T) {
 		t.Errorf("unknown sandbox: %v", err)
 	}
 }
+
+// TestCreateWithLiveIDIsConflict: a create with the id of a live sandbox of another
+// airlock on this host (sharing the backend's state directory, not the session registry)
+// is answered 409 "already exists", not 500, and the live sandbox keeps its state
+// directory and still runs commands.
+func TestCreateWithLiveIDIsConflict(t *testing.T) {
+	first, second := newEnv(t, nil), newEnv(t, nil)
+	info := first.create(t, session.Spec{ID: "sbx-collide"})
+	code, body := second.do(t, "POST", "/v1/sandboxes", session.Spec{ID: info.ID})
+	if code != http.StatusConflict || !strings.Contains(string(body), "already exists") {
+		t.Errorf("create with a live id: %d %s, want 409 already exists", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(testState, "sandboxes", info.ID)); err != nil {
+		t.Errorf("the live sandbox's state directory: %v", err)
+	}
+	out, _, res, code := first.exec(t, info.ID, session.ExecRequest{Argv: []string{"echo", "alive"}})
+	if code != http.StatusOK || out != "alive\n" || res.ExitCode != 0 {
+		t.Errorf("the live sandbox after the collision: %d %q %+v", code, out, res)
+	}
+}

@@ -409,7 +409,7 @@ func statusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrLimit):
 		return http.StatusTooManyRequests
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, ErrConflict), errors.Is(err, sandbox.ErrExists):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError

@@ -32,7 +32,7 @@ func (b *Backend) Adopt(ctx context.Context, o sandbox.Options) (sandbox.Instanc
 	if o.ID == "" || strings.ContainsAny(o.ID, "/.") {
 		return nil, fmt.Errorf("adopt: invalid sandbox id %q", o.ID)
 	}
-	in := &instance{b: b, opts: o, dir: filepath.Join(b.opts.StateDir, o.ID)}
+	in := &instance{b: b, opts: o, dir: filepath.Join(b.opts.StateDir, o.ID), ownsDir: true}
 	f := filters.NewArgs(filters.Arg("label", Label+"="+o.ID), filters.Arg("label", OwnerLabel))
 	cs, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {

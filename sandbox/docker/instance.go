@@ -30,6 +30,7 @@ type instance struct {
 	user      string // uid:gid commands run as
 	pid       int    // host pid of the container's init (ModeNetNS)
 	dir       string // per-sandbox state directory on the host
+	ownsDir   bool   // dir is this instance's to unmount and remove (not another sandbox's of the same id)
 	network   string // ModeInternal: the sandbox's network
 	joined    bool   // ModeInternal: the proxy's container was connected to it
 	proxyAddr string // ModeInternal: the proxy's ip:port on that network
@@ -62,10 +63,12 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 	}
 	if err := os.Mkdir(in.dir, 0o711); err != nil {
 		if os.IsExist(err) {
-			return nil, fmt.Errorf("sandbox %s already exists", o.ID)
+			// Another sandbox's (live or left over): nothing of it is this Create's to remove.
+			return nil, fmt.Errorf("sandbox %s %w", o.ID, sandbox.ErrExists)
 		}
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
 	}
+	in.ownsDir = true
 	caFile := ""
 	if len(o.CABundle) > 0 {
 		caFile = filepath.Join(in.dir, "ca-bundle.pem")
@@ -103,7 +106,7 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 	created, err := b.cli.ContainerCreate(ctx, sp.Config, sp.Host, nil, nil, sp.Name)
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
-			return nil, fmt.Errorf("sandbox %s already exists (container %s)", o.ID, sp.Name)
+			return nil, fmt.Errorf("sandbox %s %w (container %s)", o.ID, sandbox.ErrExists, sp.Name)
 		}
 		return nil, fmt.Errorf("create container from %s: %w", b.opts.Image, err)
 	}
@@ -200,10 +203,12 @@ func (in *instance) close(ctx context.Context) error {
 	if in.network != "" {
 		errs = append(errs, in.removeNetwork(ctx))
 	}
-	if err := unmountPts(in.dir); err != nil {
-		errs = append(errs, err)
-	} else if err := os.RemoveAll(in.dir); err != nil {
-		errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
+	if in.ownsDir { // else another sandbox of the same id may live in it
+		if err := unmountPts(in.dir); err != nil {
+			errs = append(errs, err)
+		} else if err := os.RemoveAll(in.dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove sandbox directory: %w", err))
+		}
 	}
 	if in.freeUIDs != nil && removed {
 		in.freeUIDs()

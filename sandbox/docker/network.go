@@ -9,6 +9,8 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/network"
+
+	"github.com/airlock-proxy/airlock/sandbox"
 )
 
 // createNetwork makes the sandbox's own internal network (no route off it, no address of
@@ -34,7 +36,7 @@ func (in *instance) createNetwork(ctx context.Context) error {
 	})
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
-			return fmt.Errorf("sandbox %s already exists (network %s)", in.opts.ID, name)
+			return fmt.Errorf("sandbox %s %w (network %s)", in.opts.ID, sandbox.ErrExists, name)
 		}
 		return fmt.Errorf("create network: %w", err)
 	}

@@ -21,6 +21,9 @@ func (b *Backend) Adopt(ctx context.Context, o sandbox.Options) (sandbox.Instanc
 	if err := checkID(o.ID); err != nil {
 		return nil, err
 	}
-	in := &instance{b: b, opts: o, name: objectName(o.ID)}
+	in := &instance{b: b, opts: o, name: objectName(o.ID), made: map[string]bool{}}
+	for _, kind := range kinds {
+		in.made[kind] = true
+	}
 	return nil, errors.Join(ErrNotTakenOver, in.Close(ctx))
 }

@@ -21,12 +21,16 @@ type instance struct {
 	b     *Backend
 	opts  sandbox.Options
 	name  string
-	token bool
+	token bool            // a proxy credential was issued for it
+	made  map[string]bool // the kinds of object (kinds) that are its to delete
 
 	teardown sandbox.Teardown
 }
 
 var _ sandbox.Instance = (*instance)(nil)
+
+// kinds are a sandbox's objects, in the order Close deletes them (the policy last).
+var kinds = []string{"pod", "secret", "networkpolicy"}
 
 // Create makes the sandbox's Secret, NetworkPolicy and Pod and waits for the pod to run.
 func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.Instance, err error) {
@@ -34,7 +38,7 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 		return nil, err
 	}
 	ns := b.opts.Namespace
-	in := &instance{b: b, opts: o, name: objectName(o.ID)}
+	in := &instance{b: b, opts: o, name: objectName(o.ID), made: map[string]bool{}}
 	defer func() {
 		if err != nil {
 			_ = in.Close(context.WithoutCancel(ctx))
@@ -47,6 +51,10 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		return nil, fmt.Errorf("proxy service %s/%s has no cluster IP", b.opts.ProxyNamespace, b.opts.ProxyService)
 	}
+	// Before the credential: issuing one for a live sandbox's id would replace its own.
+	if err := in.checkFree(ctx); err != nil {
+		return nil, err
+	}
 	tok, err := b.opts.Tokens.IssueToken(ctx, sandbox.Identity{ID: o.ID, Labels: o.Labels})
 	if err != nil {
 		return nil, fmt.Errorf("issue proxy credential: %w", err)
@@ -57,20 +65,64 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 		return nil, err
 	}
 	// The policy first: the pod must never run unconfined, not even for a moment.
-	if _, err := b.opts.Client.NetworkingV1().NetworkPolicies(ns).Create(ctx, objs.NetworkPolicy, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("create network policy: %w", err)
+	_, err = b.opts.Client.NetworkingV1().NetworkPolicies(ns).Create(ctx, objs.NetworkPolicy, metav1.CreateOptions{})
+	if err := in.created("networkpolicy", err); err != nil {
+		return nil, err
 	}
-	if _, err := b.opts.Client.CoreV1().Secrets(ns).Create(ctx, objs.Secret, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("create secret: %w", err)
+	_, err = b.opts.Client.CoreV1().Secrets(ns).Create(ctx, objs.Secret, metav1.CreateOptions{})
+	if err := in.created("secret", err); err != nil {
+		return nil, err
 	}
-	if _, err := b.opts.Client.CoreV1().Pods(ns).Create(ctx, objs.Pod, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("create pod: %w", err)
+	_, err = b.opts.Client.CoreV1().Pods(ns).Create(ctx, objs.Pod, metav1.CreateOptions{})
+	if err := in.created("pod", err); err != nil {
+		return nil, err
 	}
 	if err := in.waitRunning(ctx); err != nil {
 		return nil, err
 	}
 	b.opts.Logger.Debug("sandbox pod running", "sandbox", o.ID, "namespace", ns)
 	return in, nil
+}
+
+// checkFree refuses, with ErrExists, a sandbox whose pod, Secret or NetworkPolicy is there
+// already (another airlock's sandbox of the same id, in the same namespace).
+func (in *instance) checkFree(ctx context.Context) error {
+	ns, c := in.b.opts.Namespace, in.b.opts.Client
+	for _, kind := range kinds {
+		var err error
+		switch kind {
+		case "pod":
+			_, err = c.CoreV1().Pods(ns).Get(ctx, in.name, metav1.GetOptions{})
+		case "secret":
+			_, err = c.CoreV1().Secrets(ns).Get(ctx, in.name, metav1.GetOptions{})
+		case "networkpolicy":
+			_, err = c.NetworkingV1().NetworkPolicies(ns).Get(ctx, in.name, metav1.GetOptions{})
+		}
+		switch {
+		case err == nil:
+			return fmt.Errorf("sandbox %s %w (%s %s/%s)", in.opts.ID, sandbox.ErrExists, kind, ns, in.name)
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("look for %s %s/%s: %w", kind, ns, in.name, err)
+		}
+	}
+	return nil
+}
+
+// created records the outcome err of creating the object of kind. An object that already
+// exists is another sandbox's (one created since checkFree): nothing of that sandbox is
+// this one's to delete, nor is the credential, which is revoked by sandbox id. Any other
+// failure may still have made the object, which is then this sandbox's.
+func (in *instance) created(kind string, err error) error {
+	switch {
+	case err == nil:
+		in.made[kind] = true
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		in.token = false
+		return fmt.Errorf("sandbox %s %w (%s %s/%s)", in.opts.ID, sandbox.ErrExists, kind, in.b.opts.Namespace, in.name)
+	}
+	in.made[kind] = true
+	return fmt.Errorf("create %s: %w", kind, err)
 }
 
 func (in *instance) waitRunning(ctx context.Context) error {
@@ -170,7 +222,7 @@ func (in *instance) Changes() ([]sandbox.Change, error) { return nil, nil }
 func (in *instance) Patch() ([]byte, error) { return nil, nil }
 
 // Close revokes the credential and deletes the pod, its Secret and its NetworkPolicy (the
-// policy last, so the pod is never unconfined). It is idempotent.
+// policy last, so the pod is never unconfined), those that it made. It is idempotent.
 func (in *instance) Close(ctx context.Context) error {
 	return in.teardown.Close(ctx, in.close)
 }
@@ -188,7 +240,10 @@ func (in *instance) close(ctx context.Context) error {
 	// next would leave them unconfined. With a grace period the object stays until the
 	// kubelet has stopped them, which waitGone waits for.
 	grace := int64(podGracePeriod)
-	for _, kind := range []string{"pod", "secret", "networkpolicy"} {
+	for _, kind := range kinds {
+		if !in.made[kind] {
+			continue // not made by this sandbox: another's of the same name, or none
+		}
 		var err error
 		switch kind {
 		case "pod":

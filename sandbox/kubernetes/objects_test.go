@@ -25,6 +25,7 @@ const testToken = "test-token-not-a-secret"
 // it fail as an unreachable admin API would.
 type tokens struct {
 	live                map[string]bool
+	issued              int // credentials issued: each replaces the id's earlier one
 	issueErr, revokeErr error
 }
 
@@ -36,6 +37,7 @@ func (t *tokens) IssueToken(_ context.Context, id sandbox.Identity) (string, err
 		t.live = map[string]bool{}
 	}
 	t.live[id.ID] = true
+	t.issued++
 	return testToken, nil
 }
 

@@ -28,6 +28,11 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 		return in.closeErr
 	}
 	in.closed = true
+	if !in.ownsDir {
+		// A failed Create whose directory is another sandbox's of the same id: it made
+		// nothing, and none of that sandbox's mounts, files or uid range is its own.
+		return nil
+	}
 	var errs []error
 	for _, d := range in.detach {
 		d()

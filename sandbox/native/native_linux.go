@@ -60,6 +60,7 @@ func (n *Native) cgroupRoot() string {
 type nativeInstance struct {
 	opts        sandbox.Options
 	dir         string // state directory
+	ownsDir     bool   // dir was made by this instance (not another sandbox's of the same id)
 	releaseUIDs func() // frees the uid range
 	uidBase     int
 	cg          *cgroups
@@ -99,10 +100,12 @@ func (n *Native) Create(ctx context.Context, o sandbox.Options) (inst sandbox.In
 	}
 	if err := os.Mkdir(in.dir, 0o700); err != nil {
 		if os.IsExist(err) {
-			return nil, fmt.Errorf("sandbox %s already exists", o.ID)
+			// Another sandbox's (live or left over): nothing of it is this Create's to remove.
+			return nil, fmt.Errorf("sandbox %s %w", o.ID, sandbox.ErrExists)
 		}
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
 	}
+	in.ownsDir = true
 	if err := writeOwner(in.dir); err != nil {
 		return nil, err
 	}
