@@ -131,15 +131,16 @@ func (m *Manager) handleExecWS(w http.ResponseWriter, r *http.Request) {
 		return c.Write(conn, websocket.MessageText, b)
 	}
 	var stdin io.Reader
-	var pw *io.PipeWriter
+	var feed *stdinFeed
 	if req.Stdin {
-		var pr *io.PipeReader
-		pr, pw = io.Pipe()
+		pr, pw := io.Pipe()
 		stdin = pr
-		defer pr.Close()
+		defer pr.Close() // after the command: unblocks a write it never read
+		feed = newStdinFeed()
+		go feed.run(pw)
 	}
 	resize := make(chan sandbox.WindowSize, 1)
-	go m.readClient(conn, c, &req, pw, resize, cancel)
+	go m.readClient(conn, c, &req, feed, resize, cancel)
 	eio := ExecIO{
 		Stdin:   stdin,
 		Output:  func(stream string, p []byte) error { return send(Frame{Stream: stream, Data: p}) },
@@ -163,15 +164,17 @@ func (m *Manager) handleExecWS(w http.ResponseWriter, r *http.Request) {
 	c.Close(websocket.StatusNormalClosure, "")
 }
 
-// readClient reads the client's messages until the connection ends, feeding stdin (pw)
-// and resize (the latest size wins: an older one still queued is dropped). The end of
-// the connection ends the command; so does a bad message, with a ClientError as cause.
-func (m *Manager) readClient(ctx context.Context, c *websocket.Conn, req *ExecRequest, pw *io.PipeWriter,
+// readClient reads the client's messages until the connection ends, queueing stdin on
+// feed (never blocking on the command's input, so the client's going away is always
+// seen) and resize (the latest size wins: an older one still queued is dropped). The end
+// of the connection ends the command; so do a bad message and a stdin backlog over
+// MaxStdinBacklog, with a ClientError as cause.
+func (m *Manager) readClient(ctx context.Context, c *websocket.Conn, req *ExecRequest, feed *stdinFeed,
 	resize chan sandbox.WindowSize, cancel context.CancelCauseFunc) {
 	eof := false // the client sent stdin_eof
 	defer func() {
-		if pw != nil {
-			pw.CloseWithError(io.ErrUnexpectedEOF)
+		if feed != nil {
+			feed.close(io.ErrUnexpectedEOF)
 		}
 	}()
 	for {
@@ -192,19 +195,98 @@ func (m *Manager) readClient(ctx context.Context, c *websocket.Conn, req *ExecRe
 			}
 			resize <- msg.Resize.window()
 		}
-		if len(msg.Stdin) > 0 && pw != nil {
-			if _, err := pw.Write(msg.Stdin); err != nil {
-				// The command no longer reads its input (it ended): what follows is
-				// dropped, as a pipe whose reader is gone drops it.
-				pw = nil
+		if len(msg.Stdin) > 0 && feed != nil {
+			if err := feed.add(msg.Stdin); err != nil {
+				cancel(err)
+				return
 			}
 		}
 		if msg.StdinEOF {
 			eof = true
-			if pw != nil {
-				pw.Close()
-				pw = nil
+			if feed != nil {
+				feed.close(nil)
+				feed = nil
 			}
 		}
+	}
+}
+
+// MaxStdinBacklog is how many bytes of a WebSocket exec's stdin the server holds that
+// its command has not read yet; more ends the exec with a ClientError (close 1008).
+const MaxStdinBacklog = 1 << 20
+
+// stdinFeed hands a WebSocket exec's stdin to its command's input pipe from a goroutine
+// of its own, so a command that does not read never stops the reading of the WebSocket.
+type stdinFeed struct {
+	mu      sync.Mutex
+	buf     []byte // received, not yet handed to the pipe
+	pending int    // bytes the command has not read: buf and a write under way
+	done    bool   // no more input: close the pipe with err once buf is written
+	err     error
+	gone    bool // the command no longer reads (the pipe's reader is closed)
+	wake    chan struct{}
+}
+
+func newStdinFeed() *stdinFeed { return &stdinFeed{wake: make(chan struct{}, 1)} }
+
+func (f *stdinFeed) signal() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// add queues p, or says the backlog would be over MaxStdinBacklog.
+func (f *stdinFeed) add(p []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gone {
+		return nil // dropped, as a pipe whose reader is gone drops it
+	}
+	if f.pending+len(p) > MaxStdinBacklog {
+		return &ClientError{fmt.Sprintf("stdin backlog over %d bytes: the command is not reading its input", MaxStdinBacklog)}
+	}
+	f.buf = append(f.buf, p...)
+	f.pending += len(p)
+	f.signal()
+	return nil
+}
+
+// close ends the input once what is queued is written: with err as the reader's error
+// (nil: the end of input).
+func (f *stdinFeed) close(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.done {
+		f.done, f.err = true, err
+		f.signal()
+	}
+}
+
+// run writes what is queued to pw until the input ends or the command stops reading.
+func (f *stdinFeed) run(pw *io.PipeWriter) {
+	for {
+		f.mu.Lock()
+		b, done, err := f.buf, f.done, f.err
+		f.buf = nil
+		f.mu.Unlock()
+		if len(b) > 0 {
+			_, werr := pw.Write(b)
+			f.mu.Lock()
+			f.pending -= len(b)
+			if werr != nil {
+				f.gone, f.buf, f.pending = true, nil, 0
+			}
+			f.mu.Unlock()
+			if werr != nil {
+				return
+			}
+			continue
+		}
+		if done {
+			pw.CloseWithError(err)
+			return
+		}
+		<-f.wake
 	}
 }

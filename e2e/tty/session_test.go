@@ -3,6 +3,7 @@
 package tty_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -228,4 +229,24 @@ func TestSessionExecOSC52(t *testing.T) {
 	if b := tm.tmux("show-buffer"); b != "osc52-canary" {
 		t.Errorf("with --raw-output the clipboard write should pass (the control): buffer %q", b)
 	}
+}
+
+// TestSessionExecStdinBacklog: `airlock sandbox exec -i` of a command that does not read
+// its input, sent more than the server holds for it: the command is killed, airlock says
+// why on stderr and exits non-zero.
+func TestSessionExecStdinBacklog(t *testing.T) {
+	p := startSessionProxy(t)
+	id := p.create(t, nil)
+	args := append(append([]string{"sandbox", "exec", id}, strings.Fields(p.flags)...), "-i", "--", "sleep", "60")
+	cmd := exec.Command(airlockBinary(t), args...)
+	cmd.Stdin = strings.NewReader(strings.Repeat("x", 4<<20))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 ||
+		!strings.Contains(stderr.String(), "stdin backlog over 1048576 bytes: the command is not reading its input") {
+		t.Fatalf("airlock sandbox exec -i: %v, stderr %q: want a non-zero exit saying the backlog is over", err, stderr.String())
+	}
+	t.Logf("exit %d, stderr %q", ee.ExitCode(), stderr.String())
 }
