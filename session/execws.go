@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -165,8 +166,8 @@ func (m *Manager) handleExecWS(w http.ResponseWriter, r *http.Request) {
 }
 
 // readClient reads the client's messages until the connection ends, queueing stdin on
-// feed (never blocking on the command's input, so the client's going away is always
-// seen) and resize (the latest size wins: an older one still queued is dropped). The end
+// feed (waiting on the command's input only while MaxStdinBacklog bytes are queued, and
+// then at most stdinStall without progress, so the client's going away is seen) and resize (the latest size wins: an older one still queued is dropped). The end
 // of the connection ends the command; so do a bad message and a stdin backlog over
 // MaxStdinBacklog, with a ClientError as cause.
 func (m *Manager) readClient(ctx context.Context, c *websocket.Conn, req *ExecRequest, feed *stdinFeed,
@@ -196,7 +197,7 @@ func (m *Manager) readClient(ctx context.Context, c *websocket.Conn, req *ExecRe
 			resize <- msg.Resize.window()
 		}
 		if len(msg.Stdin) > 0 && feed != nil {
-			if err := feed.add(msg.Stdin); err != nil {
+			if err := feed.add(ctx, msg.Stdin); err != nil {
 				cancel(err)
 				return
 			}
@@ -212,11 +213,17 @@ func (m *Manager) readClient(ctx context.Context, c *websocket.Conn, req *ExecRe
 }
 
 // MaxStdinBacklog is how many bytes of a WebSocket exec's stdin the server holds that
-// its command has not read yet; more ends the exec with a ClientError (close 1008).
+// its command has not read yet. Over it, the server stops reading the client until the
+// command reads; when the command reads nothing for stdinStall meanwhile, the exec ends
+// with a ClientError (close 1008), so that a client that went away is seen in bounded time.
 const MaxStdinBacklog = 1 << 20
 
+// stdinStall is how long a full backlog may wait for its command to read.
+var stdinStall = 10 * time.Second
+
 // stdinFeed hands a WebSocket exec's stdin to its command's input pipe from a goroutine
-// of its own, so a command that does not read never stops the reading of the WebSocket.
+// of its own, so a command that does not read never stops the reading of the WebSocket
+// for long.
 type stdinFeed struct {
 	mu      sync.Mutex
 	buf     []byte // received, not yet handed to the pipe
@@ -225,9 +232,12 @@ type stdinFeed struct {
 	err     error
 	gone    bool // the command no longer reads (the pipe's reader is closed)
 	wake    chan struct{}
+	drained chan struct{} // the command read some
 }
 
-func newStdinFeed() *stdinFeed { return &stdinFeed{wake: make(chan struct{}, 1)} }
+func newStdinFeed() *stdinFeed {
+	return &stdinFeed{wake: make(chan struct{}, 1), drained: make(chan struct{}, 1)}
+}
 
 func (f *stdinFeed) signal() {
 	select {
@@ -236,20 +246,37 @@ func (f *stdinFeed) signal() {
 	}
 }
 
-// add queues p, or says the backlog would be over MaxStdinBacklog.
-func (f *stdinFeed) add(p []byte) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.gone {
-		return nil // dropped, as a pipe whose reader is gone drops it
+// add queues p. With the backlog full it waits for the command to read; nothing read for
+// stdinStall is a ClientError.
+func (f *stdinFeed) add(ctx context.Context, p []byte) error {
+	var stall *time.Timer
+	for {
+		f.mu.Lock()
+		if f.gone {
+			f.mu.Unlock()
+			return nil // dropped, as a pipe whose reader is gone drops it
+		}
+		if f.pending == 0 || f.pending+len(p) <= MaxStdinBacklog {
+			f.buf = append(f.buf, p...)
+			f.pending += len(p)
+			f.signal()
+			f.mu.Unlock()
+			return nil
+		}
+		f.mu.Unlock()
+		if stall == nil {
+			stall = time.NewTimer(stdinStall)
+			defer stall.Stop()
+		}
+		select {
+		case <-f.drained:
+			stall.Reset(stdinStall)
+		case <-stall.C:
+			return &ClientError{fmt.Sprintf("stdin backlog over %d bytes: the command is not reading its input", MaxStdinBacklog)}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
-	if f.pending+len(p) > MaxStdinBacklog {
-		return &ClientError{fmt.Sprintf("stdin backlog over %d bytes: the command is not reading its input", MaxStdinBacklog)}
-	}
-	f.buf = append(f.buf, p...)
-	f.pending += len(p)
-	f.signal()
-	return nil
 }
 
 // close ends the input once what is queued is written: with err as the reader's error
@@ -271,13 +298,22 @@ func (f *stdinFeed) run(pw *io.PipeWriter) {
 		f.buf = nil
 		f.mu.Unlock()
 		if len(b) > 0 {
-			_, werr := pw.Write(b)
+			// In pieces, so that what the command reads counts as it reads it.
+			piece := b[:min(len(b), 32<<10)]
+			_, werr := pw.Write(piece)
 			f.mu.Lock()
-			f.pending -= len(b)
+			f.pending -= len(piece)
+			if werr == nil && len(piece) < len(b) {
+				f.buf = append(b[len(piece):], f.buf...) // the rest first, then what came meanwhile
+			}
 			if werr != nil {
 				f.gone, f.buf, f.pending = true, nil, 0
 			}
 			f.mu.Unlock()
+			select {
+			case f.drained <- struct{}{}:
+			default:
+			}
 			if werr != nil {
 				return
 			}

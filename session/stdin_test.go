@@ -89,9 +89,11 @@ func TestExecClientVanishesWithStdinBackedUp(t *testing.T) {
 }
 
 // TestExecStdinBacklog: a command that does not read its input, sent more than
-// MaxStdinBacklog, is killed; the result says why and the WebSocket closes with 1008 and
-// the reason. A command that reads gets all of a larger input, in order.
+// MaxStdinBacklog, is killed once the backlog waited the stall bound; the result says why
+// and the WebSocket closes with 1008 and the reason. A command that reads gets all of a
+// larger input, in order, however fast it is sent (the client waits meanwhile).
 func TestExecStdinBacklog(t *testing.T) {
+	defer session.SetStdinStall(time.Second)()
 	e := newEnv(t, nil)
 	info := e.create(t, session.Spec{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
