@@ -3,12 +3,9 @@
 package tty_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -119,21 +116,7 @@ func TestTerminalRestoredOnEveryWayOut(t *testing.T) {
 	tm.settingsSame("after a crashed command")
 	tm.typeLine(`$AIRLOCK sandbox run -- sh -c 'echo running; sleep 60'; echo "term-""status=$?"`)
 	tm.waitFor("running")
-	shell, err := strconv.Atoi(strings.TrimSpace(tm.tmux("display-message", "-p", "-t", "e2e", "#{pane_pid}")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", shell, shell))
-	if err != nil || len(strings.Fields(string(b))) != 1 {
-		t.Fatalf("the host shell's children: %q %v, want airlock alone", b, err)
-	}
-	airlock, _ := strconv.Atoi(strings.Fields(string(b))[0])
-	if err := syscall.Kill(airlock, syscall.SIGTERM); err != nil {
-		t.Fatalf("signal airlock: %v", err)
-	}
-	if s := tm.waitFor("term-status="); !strings.Contains(s, "term-status=143") {
-		t.Errorf("airlock stopped by SIGTERM: want status 143:\n%s", s)
-	}
+	tm.termAirlock()
 	tm.settingsSame("after SIGTERM to airlock")
 }
 

@@ -191,19 +191,7 @@ func TestSessionExecTIOCSTI(t *testing.T) {
 
 	tm.typeLine(`$AIRLOCK sandbox exec $X $ID -- sh -c 'echo running; sleep 60'; echo "term-""status=$?"`)
 	tm.waitFor("running")
-	pid := strings.TrimSpace(tm.tmux("display-message", "-p", "-t", "e2e", "#{pane_pid}"))
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%s/task/%s/children", pid, pid))
-	if err != nil || len(strings.Fields(string(b))) != 1 {
-		t.Fatalf("the host shell's children: %q %v, want airlock alone", b, err)
-	}
-	var airlock int
-	fmt.Sscan(strings.Fields(string(b))[0], &airlock)
-	if err := syscall.Kill(airlock, syscall.SIGTERM); err != nil {
-		t.Fatalf("signal airlock: %v", err)
-	}
-	if s := tm.waitFor("term-status="); !strings.Contains(s, "term-status=143") {
-		t.Errorf("airlock stopped by SIGTERM: want status 143:\n%s", s)
-	}
+	tm.termAirlock()
 	tm.settingsSame("after SIGTERM to airlock")
 }
 

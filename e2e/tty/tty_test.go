@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -222,5 +224,23 @@ func (tm *term) interruptInside(line, wantTTY, status string) {
 	s = tm.waitFor(status)
 	if !strings.Contains(s, "inner-interrupted") || !strings.Contains(s, status+"3") {
 		t.Errorf("Ctrl-C: want the command's INT trap and airlock exiting with its status 3:\n%s", s)
+	}
+}
+
+// termAirlock sends SIGTERM to the airlock the pane's shell is running (its one child) and
+// waits for the shell's "term-status=" line: airlock stopped by SIGTERM exits 143.
+func (tm *term) termAirlock() {
+	tm.t.Helper()
+	pid := strings.TrimSpace(tm.tmux("display-message", "-p", "-t", "e2e", "#{pane_pid}"))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%s/task/%s/children", pid, pid))
+	if err != nil || len(strings.Fields(string(b))) != 1 {
+		tm.t.Fatalf("the host shell's children: %q %v, want airlock alone", b, err)
+	}
+	airlock, _ := strconv.Atoi(strings.Fields(string(b))[0])
+	if err := syscall.Kill(airlock, syscall.SIGTERM); err != nil {
+		tm.t.Fatalf("signal airlock: %v", err)
+	}
+	if s := tm.waitFor("term-status="); !strings.Contains(s, "term-status=143") {
+		tm.t.Errorf("airlock stopped by SIGTERM: want status 143:\n%s", s)
 	}
 }
