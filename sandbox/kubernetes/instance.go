@@ -84,26 +84,19 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 	return in, nil
 }
 
-// checkFree refuses, with ErrExists, a sandbox whose pod, Secret or NetworkPolicy is there
-// already (another airlock's sandbox of the same id, in the same namespace).
+// checkFree refuses, with ErrExists, a sandbox whose pod is there already (another
+// airlock's live sandbox of the same id, in the same namespace), before a credential is
+// issued for the id. Only the pod is looked at: the service account may read pods but not
+// Secrets or NetworkPolicies (deploy/kubernetes/rbac.yaml); a leftover Secret or policy of
+// that name makes its create fail with AlreadyExists, which created handles.
 func (in *instance) checkFree(ctx context.Context) error {
-	ns, c := in.b.opts.Namespace, in.b.opts.Client
-	for _, kind := range kinds {
-		var err error
-		switch kind {
-		case "pod":
-			_, err = c.CoreV1().Pods(ns).Get(ctx, in.name, metav1.GetOptions{})
-		case "secret":
-			_, err = c.CoreV1().Secrets(ns).Get(ctx, in.name, metav1.GetOptions{})
-		case "networkpolicy":
-			_, err = c.NetworkingV1().NetworkPolicies(ns).Get(ctx, in.name, metav1.GetOptions{})
-		}
-		switch {
-		case err == nil:
-			return fmt.Errorf("sandbox %s %w (%s %s/%s)", in.opts.ID, sandbox.ErrExists, kind, ns, in.name)
-		case !apierrors.IsNotFound(err):
-			return fmt.Errorf("look for %s %s/%s: %w", kind, ns, in.name, err)
-		}
+	ns := in.b.opts.Namespace
+	_, err := in.b.opts.Client.CoreV1().Pods(ns).Get(ctx, in.name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return fmt.Errorf("sandbox %s %w (pod %s/%s)", in.opts.ID, sandbox.ErrExists, ns, in.name)
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("look for pod %s/%s: %w", ns, in.name, err)
 	}
 	return nil
 }
