@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // TestCLIReportIgnoresWhatTheSandboxPlanted: with the Docker backend too, a link to a
@@ -21,10 +22,7 @@ import (
 // the exit status is the command's.
 func TestCLIReportIgnoresWhatTheSandboxPlanted(t *testing.T) {
 	// Built as the release binary is (with cgo); the Docker backend runs no holder.
-	bin := filepath.Join(t.TempDir(), "airlock")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/airlock-proxy/airlock/cmd/airlock").CombinedOutput(); err != nil {
-		t.Fatalf("build airlock: %v\n%s", err, out)
-	}
+	bin := e2etest.AirlockBinary(t)
 	for _, tc := range []struct{ name, report, script string }{
 		{"symlink to a host file", "report.json", "ln -sf $SECRET /workspace/report.json"},
 		{"linked parent directory", "out/report.json", "mv /workspace/out /workspace/moved && ln -s $SECRETDIR /workspace/out"},

@@ -65,6 +65,7 @@ func setup(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	defer e2etest.RemoveAirlockBinary()
 	os.Chmod(dir, 0o755)
 	for name, pkg := range map[string]string{"probe": "./probe", "sysprobe": "../sysprobe"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)

@@ -166,7 +166,7 @@ func TestAllowAIOFlag(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	bin := airlockBinary(t)
+	bin := e2etest.AirlockBinary(t)
 	probe := e2etest.BuildSysprobe(t)
 	ws := t.TempDir()
 	copyFile(t, probe, filepath.Join(ws, "sysprobe"), 0o755)

@@ -24,9 +24,7 @@ import (
 func TestMain(m *testing.M) {
 	native.Init()
 	code := m.Run()
-	if builtBin != "" {
-		os.RemoveAll(filepath.Dir(builtBin))
-	}
+	e2etest.RemoveAirlockBinary()
 	os.Exit(code)
 }
 

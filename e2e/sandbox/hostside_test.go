@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // airlockRun runs `airlock sandbox run ARGS...` with its own AIRLOCK_HOME; it returns the
@@ -27,7 +28,7 @@ func airlockRun(t *testing.T, args ...string) (int, []byte, []byte) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	cmd := exec.Command(airlockBinary(t), append([]string{"sandbox", "run"}, args...)...)
+	cmd := exec.Command(e2etest.AirlockBinary(t), append([]string{"sandbox", "run"}, args...)...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+t.TempDir())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -201,7 +202,7 @@ func TestAirlockLinesAreSeen(t *testing.T) {
 		t.Skip("needs root")
 	}
 	master, tty := openPty(t)
-	cmd := exec.Command(airlockBinary(t), "sandbox", "run", "--timeout", "3s", "--", "sh", "-c",
+	cmd := exec.Command(e2etest.AirlockBinary(t), "sandbox", "run", "--timeout", "3s", "--", "sh", "-c",
 		`printf 'visible\033[?1049h\033[8m\033(0\016\033[3J\033c\033[2J\033%%@hidden'; sleep 60`)
 	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+t.TempDir())
 	cmd.Stdout, cmd.Stderr = tty, tty
@@ -263,7 +264,7 @@ func TestAirlockSecretsAreHidden(t *testing.T) {
 		return p
 	}
 	run := func(home, cfg, script string) (int, string, string) {
-		cmd := exec.Command(airlockBinary(t), "sandbox", "run", "--config", cfg, "--workspace", ws, "--", "sh", "-c", script)
+		cmd := exec.Command(e2etest.AirlockBinary(t), "sandbox", "run", "--config", cfg, "--workspace", ws, "--", "sh", "-c", script)
 		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -11,10 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // TestParentCrashEndsTheSandboxAndARestartClearsIt kills `airlock sandbox run` with SIGKILL
@@ -25,7 +26,7 @@ func TestParentCrashEndsTheSandboxAndARestartClearsIt(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	bin := airlockBinary(t)
+	bin := e2etest.AirlockBinary(t)
 	cmd, pid, id, marker, _ := startSleeper(t, bin, "crash")
 	stateDir := filepath.Join("/run/airlock/sandboxes", id)
 	if _, err := os.Stat(stateDir); err != nil {
@@ -91,7 +92,7 @@ func TestSignalStopsTheRunCleanly(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	bin := airlockBinary(t)
+	bin := e2etest.AirlockBinary(t)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			cmd, pid, id, marker, stderr := startSleeper(t, bin, "signal")
@@ -119,32 +120,6 @@ func TestSignalStopsTheRunCleanly(t *testing.T) {
 			}
 		})
 	}
-}
-
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// airlockBinary builds the airlock command once for the package's tests.
-func airlockBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-e2e-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "airlock")
-		if out, err := exec.Command("go", "build", "-o", builtBin, "github.com/airlock-proxy/airlock/cmd/airlock").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build airlock: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
 }
 
 // startSleeper starts `airlock sandbox run -- sleep MARKER` with its own AIRLOCK_HOME and
@@ -179,7 +154,7 @@ func TestNotRootSaysSo(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to switch to another user")
 	}
-	bin := airlockBinary(t)
+	bin := e2etest.AirlockBinary(t)
 	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +181,7 @@ func TestTimeoutFlagOverridesConfig(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	bin := airlockBinary(t)
+	bin := e2etest.AirlockBinary(t)
 	home := t.TempDir()
 	cfg := filepath.Join(home, "airlock.yaml")
 	if err := os.WriteFile(cfg, []byte("sandbox:\n  timeout: 1s\n"), 0o600); err != nil {

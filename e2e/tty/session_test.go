@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // sessionProxy is an `airlock proxy` serving sandbox sessions on its admin API, and the
@@ -27,7 +29,7 @@ type sessionProxy struct {
 // it is stopped (SIGTERM: its sessions end) when the test ends.
 func startSessionProxy(t *testing.T) *sessionProxy {
 	t.Helper()
-	bin := airlockBinary(t)
+	bin := e2etest.AirlockBinary(t)
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
 	token := filepath.Join(dir, "issuer.token")
@@ -103,7 +105,7 @@ func freeAddr(t *testing.T) string {
 func (p *sessionProxy) airlock(t *testing.T, args ...string) string {
 	t.Helper()
 	args = append(append(args[:2:2], strings.Fields(p.flags)...), args[2:]...) // before any "--"
-	out, err := exec.Command(airlockBinary(t), args...).Output()
+	out, err := exec.Command(e2etest.AirlockBinary(t), args...).Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -119,7 +121,7 @@ func (p *sessionProxy) create(t *testing.T, files map[string]string) string {
 	t.Helper()
 	id := p.airlock(t, "sandbox", "create")
 	t.Cleanup(func() {
-		_ = exec.Command(airlockBinary(t), append([]string{"sandbox", "rm", id}, strings.Fields(p.flags)...)...).Run()
+		_ = exec.Command(e2etest.AirlockBinary(t), append([]string{"sandbox", "rm", id}, strings.Fields(p.flags)...)...).Run()
 	})
 	for name, content := range files {
 		src := filepath.Join(p.dir, name)
@@ -226,7 +228,7 @@ func TestSessionExecStdinBacklog(t *testing.T) {
 	p := startSessionProxy(t)
 	id := p.create(t, nil)
 	args := append(append([]string{"sandbox", "exec", id}, strings.Fields(p.flags)...), "-i", "--", "sleep", "60")
-	cmd := exec.Command(airlockBinary(t), args...)
+	cmd := exec.Command(e2etest.AirlockBinary(t), args...)
 	cmd.Stdin = strings.NewReader(strings.Repeat("x", 4<<20))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

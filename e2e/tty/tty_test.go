@@ -14,38 +14,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-)
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
-
-// airlockBinary builds airlock once for the package.
-func airlockBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-e2e-tty-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		os.Chmod(dir, 0o755)
-		builtBin = filepath.Join(dir, "airlock")
-		if out, err := exec.Command("go", "build", "-o", builtBin, "github.com/airlock-proxy/airlock/cmd/airlock").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build airlock: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
 
 // term is a terminal: one tmux window running a host shell, on a tmux server of its own.
 type term struct {
@@ -63,7 +37,7 @@ func newTerm(t *testing.T, cols, rows int) *term {
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Skip("needs tmux (apt-get install tmux)")
 	}
-	bin := airlockBinary(t)
+	bin := e2etest.AirlockBinary(t)
 	dir := t.TempDir()
 	tm := &term{t: t, sock: filepath.Join(dir, "tmux.sock")}
 	cmd := exec.Command("tmux", "-S", tm.sock, "-f", "/dev/null", "new-session", "-d", "-s", "e2e",

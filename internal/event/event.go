@@ -1,7 +1,8 @@
 // Package event names the values airlock writes into its records: what kind of event a
-// record is, what was decided and where a held request's approval stands. They are declared once, here, and audit, telemetry,
-// approval, proxy, session and cmd/airlock all use these constants; the JSON, log and
-// metric forms are the strings below.
+// record is, what was decided and where a held request's approval stands. They are
+// declared once, here, and audit, telemetry, approval, proxy, session, sandbox and
+// cmd/airlock all use these constants; the JSON, log and metric forms are the strings
+// below.
 package event
 
 // Kind is what an audit record is about.
