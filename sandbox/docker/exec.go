@@ -193,10 +193,14 @@ func (in *instance) killExec(execID string) error {
 	defer cancel()
 	info, err := in.b.cli.ContainerExecInspect(ctx, execID)
 	if err == nil && info.Pid > 0 && in.b.local {
-		for _, pid := range descendants(info.Pid) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		// The whole tree is stopped before any of it is killed: a parent outliving its
+		// killed child would run on past the timeout (a shell's next command, CI saw).
+		tree := append([]int{info.Pid}, descendants(info.Pid)...)
+		for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+			for _, pid := range tree {
+				_ = syscall.Kill(pid, sig)
+			}
 		}
-		_ = syscall.Kill(info.Pid, syscall.SIGKILL)
 		return nil
 	}
 	in.mu.Lock()
