@@ -15,7 +15,8 @@ var caVariables = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDL
 	"NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT", "npm_config_cafile"}
 
 // baseEnv builds a sandbox's environment from nothing: no variable of the parent is
-// inherited. Explicit Options.Env entries come last and win.
+// inherited. The image's environment (Options.Image) lies under it; explicit Options.Env
+// entries come last and win.
 func baseEnv(o Options) []string {
 	proxy := fmt.Sprintf("http://127.0.0.1:%d", ProxyPort)
 	env := []string{
@@ -34,7 +35,7 @@ func baseEnv(o Options) []string {
 			env = append(env, v+"="+CABundlePath)
 		}
 	}
-	return MergeEnv(env, o.Env)
+	return MergeEnv(imageEnv(o.Image, env), o.Env)
 }
 
 func validEnv(kv string) bool {

@@ -60,18 +60,7 @@ func loopbackUp() error {
 		return fmt.Errorf("socket for lo: %w", err)
 	}
 	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("read lo flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("bring lo up: %w", err)
-	}
-	return nil
+	return loopbackUpOn(fd)
 }
 
 func closeListeners(lns []net.Listener) {

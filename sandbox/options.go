@@ -37,15 +37,26 @@ type Options struct {
 
 	Workspace     string        // host directory mounted at /workspace; none when empty
 	WorkspaceMode WorkspaceMode // default rw
-	Rootfs        string        // root file system to expose read-only; default "/"
+	// Rootfs is the sandbox's root file system, read-only; default "/", the host's (its
+	// /usr, /etc, /opt...). Another directory (an unpacked image: see sandbox/image) is a
+	// whole root of its own: native sandboxes see it through a read-only overlay, with
+	// their own /etc/passwd, group, hosts and resolver configuration and the CA bundle
+	// where the image's tools look.
+	Rootfs string
+	// Image is the configuration of the image Rootfs holds (its Env, WorkingDir and
+	// User: see ImageConfig); nil: none (the host's root, a plain directory).
+	Image *ImageConfig
 	// ReadOnlyPaths are further host paths bound read-only at the same place (e.g. a
-	// toolchain outside /usr).
+	// toolchain outside /usr). The native backend refuses one at or beneath a mask path.
 	ReadOnlyPaths []string
 	// HiddenPaths are host paths the sandbox must not read (airlock's config, its secret
 	// files, its home): wherever the sandbox would see one (under the root's directories,
 	// a read-only path, the workspace), it is covered by an empty read-only file or
 	// directory. A link to one is hidden through its target; another hard link is not.
 	HiddenPaths []string
+	// MaskPaths are host paths holding secrets that a sandbox whose root is the host's
+	// must not see (see DefaultMaskPaths, which nil means; empty masks nothing).
+	MaskPaths []string
 
 	Timeout time.Duration // wall-clock limit per Run; 0 means none
 	// Memory is the memory limit in bytes. 0 means the backend's default: DefaultMemory
@@ -152,6 +163,29 @@ func (o Options) withDefaults() (Options, error) {
 		if !filepath.IsAbs(p) {
 			return o, fmt.Errorf("hidden path %q: must be absolute", p)
 		}
+	}
+	if o.MaskPaths == nil {
+		o.MaskPaths = DefaultMaskPaths
+	}
+	for _, p := range o.MaskPaths {
+		if !filepath.IsAbs(p) {
+			return o, fmt.Errorf("mask path %q: must be absolute", p)
+		}
+	}
+	if o.Rootfs != "/" {
+		fi, err := os.Stat(o.Rootfs)
+		if err != nil {
+			return o, fmt.Errorf("root file system: %w", err)
+		}
+		if !fi.IsDir() {
+			return o, fmt.Errorf("root file system %s: not a directory", o.Rootfs)
+		}
+		if o.Rootfs, err = filepath.Abs(o.Rootfs); err != nil {
+			return o, fmt.Errorf("root file system: %w", err)
+		}
+	}
+	if err := checkImage(o); err != nil {
+		return o, err
 	}
 	for _, p := range o.ProtectedPaths {
 		if err := CheckProtectedPath(p); err != nil {

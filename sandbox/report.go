@@ -35,6 +35,9 @@ type Report struct {
 	// SweepFailed, when set, says what of the above could not be taken away (paths
 	// named): do not run git in the workspace before checking them.
 	SweepFailed string `json:"sweep_failed,omitempty"`
+	// Unenforced says what of the sandbox's bounds did not hold (a rootless native
+	// sandbox: no memory or CPU limit, no usage peaks), one phrase each.
+	Unenforced []string `json:"unenforced,omitempty"`
 }
 
 // RequestCounts counts the proxy's decisions on this sandbox's requests.
@@ -76,6 +79,7 @@ func (s *Sandbox) Report() Report {
 	r := s.report
 	r.Requests.DeniedDestinations = slices.Clone(r.Requests.DeniedDestinations)
 	r.Changes = slices.Clone(r.Changes)
+	r.Unenforced = slices.Clone(r.Unenforced)
 	return r
 }
 

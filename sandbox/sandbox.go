@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,10 +74,27 @@ func New(ctx context.Context, o Options) (*Sandbox, error) {
 	}
 	s := &Sandbox{opts: o, inst: inst, env: baseEnv(o)}
 	s.report = Report{SandboxID: o.ID, Labels: o.Labels, PolicyRevision: o.PolicyRevision, Start: start}
+	if u, ok := inst.(Unenforcer); ok {
+		s.report.Unenforced = slices.Clone(u.Unenforced())
+	}
 	o.Logger.Debug("sandbox started", "sandbox", o.ID, "elapsed", time.Since(start))
 	s.event(ctx, Event{Kind: EventStart, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
 		Memory: o.Memory, Pids: o.Pids, CPUs: o.CPUs, Timeout: o.Timeout})
 	return s, nil
+}
+
+// Unenforcer is an Instance that cannot enforce every bound of its options (a rootless
+// native sandbox has no cgroups): Unenforced says what does not hold, one phrase each, for
+// the run report and a notice.
+type Unenforcer interface {
+	Unenforced() []string
+}
+
+// Unenforced is what this sandbox does not enforce of its bounds (see Unenforcer).
+func (s *Sandbox) Unenforced() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.report.Unenforced)
 }
 
 // Adopter is a Backend whose sandboxes outlive the process that created them (Docker's
@@ -148,10 +166,7 @@ func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
 		cmd.Timeout = s.opts.Timeout
 	}
 	if cmd.Dir == "" {
-		cmd.Dir = HomeDir
-		if s.opts.Workspace != "" {
-			cmd.Dir = WorkspaceDir
-		}
+		cmd.Dir = s.DefaultDir()
 	}
 	res, err := s.inst.Run(ctx, cmd)
 	s.mu.Lock()

@@ -254,6 +254,11 @@ func addLocalRoute(family int) error {
 	if err != nil {
 		return err
 	}
+	return addLocalRouteOn(fd, family, lo.Index)
+}
+
+// addLocalRouteOn is addLocalRoute on the rtnetlink socket fd, lo being interface loIndex.
+func addLocalRouteOn(fd, family, loIndex int) error {
 	const hdr, rtm, rta = unix.SizeofNlMsghdr, unix.SizeofRtMsg, 8
 	b := make([]byte, hdr+rtm+rta)
 	ne := binary.NativeEndian
@@ -270,7 +275,7 @@ func addLocalRoute(family int) error {
 	a := b[hdr+rtm:]
 	ne.PutUint16(a[0:], rta)
 	ne.PutUint16(a[2:], unix.RTA_OIF)
-	ne.PutUint32(a[4:], uint32(lo.Index))
+	ne.PutUint32(a[4:], uint32(loIndex))
 	if err := unix.Sendto(fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return err
 	}

@@ -9,18 +9,18 @@ import (
 )
 
 type sandboxFlags struct {
-	workspace, memory, report, patch, backend, image, id, adminListen string
-	timeout                                                           time.Duration
-	pids                                                              int64
-	rawOutput                                                         bool
-	cpus                                                              float64
-	labels, env, protect                                              []string
-	nofile, ptys, inodes                                              int64
-	disk                                                              string
-	allowAIO                                                          bool
-	tty                                                               ttyMode
-	interactive                                                       bool
-	transparent                                                       bool
+	workspace, memory, report, patch, backend, image, rootfs, id, adminListen string
+	timeout                                                                   time.Duration
+	pids                                                                      int64
+	rawOutput                                                                 bool
+	cpus                                                                      float64
+	labels, env, protect                                                      []string
+	nofile, ptys, inodes                                                      int64
+	disk, cgroupParent                                                        string
+	allowAIO, allowUnenforced                                                 bool
+	tty                                                                       ttyMode
+	interactive                                                               bool
+	transparent                                                               bool
 }
 
 func addSandboxCmd(root *cobra.Command) {
@@ -47,6 +47,7 @@ func addSandboxCmd(root *cobra.Command) {
 	sb := &cobra.Command{Use: "sandbox", Short: "Spawn sandboxes fronted by the proxy", Example: run.Example}
 	sb.AddCommand(run)
 	addSessionCmds(sb)
+	sb.AddCommand(newDelegateCgroupCmd(), newConfinementCheckCmd())
 	root.AddCommand(sb)
 }
 
@@ -62,8 +63,11 @@ func bindSandboxFlags(fl *pflag.FlagSet, sf *sandboxFlags) {
 	fl.StringArrayVar(&sf.protect, "protect", nil, "workspace path (relative to it) that host tools run, read-only inside when it exists, besides sandbox.protected_paths or the default list and git's hooks and config (repeatable)")
 	fl.BoolVar(&sf.transparent, "transparent", true, "route every TCP connection and DNS query of the sandbox into airlock, for clients that ignore HTTP_PROXY (native and Docker netns backends; sandbox.transparent in the config)")
 	fl.BoolVar(&sf.allowAIO, "allow-aio", false, "permit Linux AIO (io_setup) in the sandbox; refused by default: AIO contexts are machine-wide, with no per-sandbox limit")
+	fl.BoolVar(&sf.allowUnenforced, "allow-unenforced-limits", false, "run a rootless native sandbox even though --memory or --cpus cannot be enforced without root or a delegated cgroup (sandbox.allow_unenforced_limits); otherwise such a run is refused")
+	fl.StringVar(&sf.cgroupParent, "cgroup-parent", "", "rootless native sandbox: a cgroup v2 directory you own (see 'airlock sandbox delegate-cgroup') in which the sandbox gets a cgroup with the limits of a root one (sandbox.cgroup_parent)")
 	fl.StringVar(&sf.backend, "backend", "", "native, docker or kubernetes (default native)")
-	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends)")
+	fl.StringVar(&sf.image, "image", "", "container image (docker and kubernetes backends); native: the sandbox's root, read-only: a docker save or OCI image tarball, an OCI layout directory or a local Docker engine image, unpacked once into $AIRLOCK_HOME/images")
+	fl.StringVar(&sf.rootfs, "rootfs", "", "native backend: a directory shown read-only as the sandbox's root (default: the host's root, with host secrets masked)")
 	fl.StringVar(&sf.report, "report", "", "write the JSON run report to this file")
 	fl.StringVar(&sf.patch, "patch", "", "with --workspace DIR:cow, write the sandbox's changes to this file as a git-style patch (apply with 'git apply')")
 	fl.StringVar(&sf.id, "id", "", "sandbox id: lower-case letters, digits and - (default: generated)")

@@ -3,16 +3,27 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
 )
 
 // SandboxConfig holds defaults for `airlock sandbox run`.
 type SandboxConfig struct {
-	Backend string        `yaml:"backend"` // native | docker | kubernetes
-	Image   string        `yaml:"image"`
+	Backend string `yaml:"backend"` // native | docker | kubernetes
+	// Image is the docker and kubernetes backends' container image; for the native
+	// backend a root file system of its own (flag --image): a `docker save` or OCI image
+	// tarball, an OCI layout directory or an image of the local Docker engine, unpacked once
+	// into $AIRLOCK_HOME/images.
+	Image string `yaml:"image"`
+	// Rootfs is a directory the native backend shows as the sandbox's root (flag --rootfs);
+	// unset (and no image): the host's root, read-only.
+	Rootfs  string        `yaml:"rootfs"`
 	Timeout time.Duration `yaml:"timeout"`
 	Memory  string        `yaml:"memory"`
 	Pids    int           `yaml:"pids"`
@@ -25,6 +36,16 @@ type SandboxConfig struct {
 	// AllowAIO permits Linux AIO (io_setup and its family) in sandboxes; refused by
 	// default, since AIO contexts are machine-wide with no per-namespace limit.
 	AllowAIO bool `yaml:"allow_aio"`
+	// AllowUnenforcedLimits lets a rootless native sandbox run when a memory or CPU
+	// limit was asked for that it cannot enforce (no delegated cgroup offering the
+	// controller: see CgroupParent); the run report says so.
+	AllowUnenforcedLimits bool `yaml:"allow_unenforced_limits"`
+	// CgroupParent is a cgroup v2 directory the user owns (made once by root with
+	// `airlock sandbox delegate-cgroup`) in which each rootless native sandbox gets a
+	// cgroup of its own, with the memory, pids and CPU limits of a root sandbox for the
+	// controllers it offers (flag --cgroup-parent). Unset: the systemd user manager's
+	// delegated subtree when airlock runs in it, else none. Root sandboxes ignore it.
+	CgroupParent string `yaml:"cgroup_parent"`
 	// Transparent routes every TCP connection and DNS query of a native or Docker (netns)
 	// sandbox into airlock, for clients that ignore HTTP_PROXY; on unless set to false
 	// (flag --transparent=false). HTTP_PROXY keeps working either way.
@@ -34,6 +55,12 @@ type SandboxConfig struct {
 	// exist at start; git's hooks and config always are. Unset: the default list
 	// (sandbox.DefaultProtectedPaths: .vscode, .idea, .envrc, ...); [] protects git's alone.
 	ProtectedPaths []string `yaml:"protected_paths"`
+	// MaskPaths are host paths a native sandbox on the host's root must not see, besides
+	// sandbox.DefaultMaskPaths (/root, /home, /etc/ssh, /var/lib/docker...); UnmaskPaths
+	// are taken from the list (a path given exactly as listed). A path may start with ~/,
+	// airlock's user's home.
+	MaskPaths   []string `yaml:"mask_paths"`
+	UnmaskPaths []string `yaml:"unmask_paths"`
 	// Docker configures --backend docker.
 	Docker DockerConfig `yaml:"docker"`
 	// Kubernetes configures --backend kubernetes.
@@ -89,7 +116,17 @@ type KubernetesConfig struct {
 	RuntimeClass string `yaml:"runtime_class"`
 	// WorkspaceClaim is a PersistentVolumeClaim mounted at /workspace; optional.
 	WorkspaceClaim string `yaml:"workspace_claim"`
+	// InitImage is airlock's own image as the cluster knows it (required, e.g. the proxy
+	// Deployment's): each sandbox pod's init container runs `airlock sandbox
+	// confinement-check` from it, and no command runs before its NetworkPolicy is in force.
+	InitImage string `yaml:"init_image"`
+	// ConfinementProbe is a HOST:PORT the sandbox's policy must refuse before its pod
+	// starts; default the API server's Service; "none" only waits for the proxy to answer.
+	ConfinementProbe string `yaml:"confinement_probe"`
 }
+
+// errNoInitImage is the error for a kubernetes sandbox without sandbox.kubernetes.init_image.
+var errNoInitImage = errors.New("a kubernetes sandbox needs sandbox.kubernetes.init_image: airlock's own image as the cluster pulls it (the proxy Deployment's, e.g. airlock:dev); each sandbox pod's init container runs from it and holds the pod until its NetworkPolicy is in force")
 
 func (c SandboxConfig) validate() error {
 	var errs []error
@@ -97,6 +134,19 @@ func (c SandboxConfig) validate() error {
 		if err := sandbox.CheckProtectedPath(p); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox.protected_paths[%d]: %w", i, err))
 		}
+	}
+	for _, k := range []struct {
+		key   string
+		paths []string
+	}{{"sandbox.mask_paths", c.MaskPaths}, {"sandbox.unmask_paths", c.UnmaskPaths}} {
+		for i, p := range k.paths {
+			if !filepath.IsAbs(p) && !strings.HasPrefix(p, "~/") {
+				errs = append(errs, fmt.Errorf("%s[%d]: %q: want an absolute path or one under ~/", k.key, i, p))
+			}
+		}
+	}
+	if c.CgroupParent != "" && !filepath.IsAbs(c.CgroupParent) {
+		errs = append(errs, fmt.Errorf("sandbox.cgroup_parent: %q: want an absolute path, e.g. /sys/fs/cgroup/airlock-USER", c.CgroupParent))
 	}
 	if c.Memory != "" {
 		if _, err := parseMemory(c.Memory); err != nil {
@@ -107,7 +157,13 @@ func (c SandboxConfig) validate() error {
 }
 
 func (k KubernetesConfig) validate() error {
-	return validateRemoteProxy("sandbox.kubernetes", k.ProxyAdmin, k.ProxyPort)
+	var err error
+	if p := k.ConfinementProbe; p != "" && p != kubernetes.ConfinementProbeNone {
+		if _, _, e := net.SplitHostPort(p); e != nil {
+			err = fmt.Errorf("sandbox.kubernetes.confinement_probe: %q: want HOST:PORT or none", p)
+		}
+	}
+	return errors.Join(err, validateRemoteProxy("sandbox.kubernetes", k.ProxyAdmin, k.ProxyPort))
 }
 
 func (d DockerConfig) validate() error {

@@ -33,6 +33,9 @@ func TestConfigErrorsNameKeyAndLine(t *testing.T) {
 		{"bad log level", "log:\n  level: loud\n", "log.level"},
 		{"protected path outside the workspace", "sandbox:\n  protected_paths: [.vscode, ../x]\n", "sandbox.protected_paths"},
 		{"absolute protected path", "sandbox:\n  protected_paths: [/etc/passwd]\n", "sandbox.protected_paths"},
+		{"relative mask path", "sandbox:\n  mask_paths: [/srv/x, etc/ssh]\n", "sandbox.mask_paths[1]"},
+		{"relative unmask path", "sandbox:\n  unmask_paths: [ssh]\n", "sandbox.unmask_paths[0]"},
+		{"relative cgroup parent", "sandbox:\n  cgroup_parent: airlock-me\n", "sandbox.cgroup_parent"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,6 +187,48 @@ func TestSecretFilesMustBePrivate(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestHiddenPathsCoverSessionsStateDir: a sessions.state_dir where a sandbox could see it
+// (under /opt, a read-only path, the workspace) holds every session's record, env values
+// included, and the argv of its execs; a rootless sandbox is their owner. It is hidden
+// like $AIRLOCK_HOME.
+func TestHiddenPathsCoverSessionsStateDir(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "sessions")
+	cfgPath := writeConfig(t, "home: "+dir+"/home\nsessions:\n  state_dir: "+state+"\n")
+	cfg, _, err := loadWithFlags(t, "--config", cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hidden := cfg.hiddenPaths(cfgPath); !slices.Contains(hidden, state) {
+		t.Errorf("hidden paths %v lack sessions.state_dir %s", hidden, state)
+	}
+}
+
+// TestHiddenPathsCoverRootlessState: an ordinary user's airlock keeps its sessions' records
+// and its sandboxes' state under $XDG_RUNTIME_DIR/airlock (else ~/.local/state/airlock/run)
+// when sessions.state_dir is unset; a sandbox whose workspace is that user's home, whose
+// processes are that user, would read and write them (seen: the state directory listed and
+// writable from /workspace). They are hidden like sessions.state_dir.
+func TestHiddenPathsCoverRootlessState(t *testing.T) {
+	dir := t.TempDir()
+	for _, xdg := range []string{filepath.Join(dir, "xdg"), ""} {
+		t.Setenv("XDG_RUNTIME_DIR", xdg)
+		t.Setenv("HOME", filepath.Join(dir, "home"))
+		cfgPath := writeConfig(t, "home: "+dir+"/home/.airlock\n")
+		cfg, _, err := loadWithFlags(t, "--config", cfgPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := filepath.Join(dir, "home", ".local", "state", "airlock", "run")
+		if xdg != "" {
+			want = filepath.Join(xdg, "airlock")
+		}
+		if hidden := cfg.hiddenPaths(cfgPath); !slices.Contains(hidden, want) {
+			t.Errorf("XDG_RUNTIME_DIR=%q: hidden paths %v lack the rootless state directory %s", xdg, hidden, want)
 		}
 	}
 }

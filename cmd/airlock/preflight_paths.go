@@ -81,7 +81,7 @@ func checkCA(dir string) error {
 func sessionsWarning(cfg *Config) error {
 	dir := cfg.Sessions.StateDir
 	if dir == "" {
-		dir = session.DefaultStateDir
+		dir = session.DefaultStateDirForUser()
 	}
 	if err := dirProblem(dir, true); err != nil {
 		return fmt.Errorf("sessions.state_dir: %w; want a directory airlock can create its sessions' records in (without one, the proxy serves no sandbox sessions)", err)

@@ -26,7 +26,9 @@ func parseWorkspace(s string) (string, sandbox.WorkspaceMode, error) {
 			return "", "", fmt.Errorf("%q: unknown mode %q; want DIR (read-write), DIR:ro (read-only) or DIR:cow (copy-on-write)", s, suffix)
 		}
 	}
-	return dir, mode, nil
+	// Links resolved here, once: the native backend mounts a workspace path only if it has
+	// no link in it (a link swapped in after a check would mount another directory).
+	return resolved(dir), mode, nil
 }
 
 // configFile is the --config flag's file, "" when none.
@@ -90,9 +92,23 @@ func sandboxOptions(cmd *cobra.Command, cfg *Config, sf *sandboxFlags) (sandbox.
 	o := sandbox.Options{ID: sf.id, Timeout: cfg.Sandbox.Timeout, Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, Env: sf.env,
 		AllowAIO: cfg.Sandbox.AllowAIO || sf.allowAIO, ProtectedPaths: cfg.Sandbox.ProtectedPaths,
 		HiddenPaths: cfg.hiddenPaths(configFile(cmd))}
+	mask, err := cfg.maskPaths()
+	if err != nil {
+		return o, err
+	}
+	o.MaskPaths = mask
 	o.ProxyOnly = cfg.Sandbox.Transparent != nil && !*cfg.Sandbox.Transparent
 	if cmd.Flags().Changed("transparent") {
 		o.ProxyOnly = !sf.transparent
+	}
+	if sf.allowUnenforced {
+		cfg.Sandbox.AllowUnenforcedLimits = true
+	}
+	if sf.cgroupParent != "" {
+		if !filepath.IsAbs(sf.cgroupParent) {
+			return o, fmt.Errorf("--cgroup-parent %q: want an absolute path, e.g. /sys/fs/cgroup/airlock-USER", sf.cgroupParent)
+		}
+		cfg.Sandbox.CgroupParent = sf.cgroupParent
 	}
 	if err := protectFlags(sf.protect, &o); err != nil {
 		return o, err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,6 +59,11 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return err
 	}
 	defer closeBackend()
+	if cfg.Sandbox.Backend != "docker" {
+		if err := nativeRoot(ctx, cfg, sf, &o); err != nil {
+			return err
+		}
+	}
 	s, err := build(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -129,10 +133,8 @@ func localBackend(ctx context.Context, cfg *Config, o *sandbox.Options) (func(),
 		o.Backend = b
 		return func() { b.Close() }, nil
 	}
-	n := &native.Native{}
-	if err := n.Cleanup(ctx); errors.Is(err, native.ErrNeedsRoot) {
-		return nil, err
-	} else if err != nil {
+	n := &native.Native{AllowUnenforcedLimits: cfg.Sandbox.AllowUnenforcedLimits, CgroupParent: cfg.Sandbox.CgroupParent}
+	if err := n.Cleanup(ctx); err != nil {
 		return nil, fmt.Errorf("remove leftovers of earlier sandboxes: %w", err)
 	}
 	o.Backend = n
@@ -179,6 +181,7 @@ func (s *stack) runLocal(ctx context.Context, o sandbox.Options, args []string, 
 	if err != nil {
 		return err // sandbox.New names the sandbox and the step
 	}
+	sayUnenforced(os.Stderr, sb)
 	spanCtx, span := telemetry.StartSandboxSpan(ctx, s.telemetry.Tracer(), sb.ID(), o.Labels)
 	s.telemetry.Metrics().SandboxStarted(spanCtx)
 	s.fan.observe(sb.ID(), sb.Observe)

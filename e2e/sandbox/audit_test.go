@@ -50,15 +50,15 @@ func TestFullAuditDiskForwardsNothing(t *testing.T) {
 	// Fill the log's first page to about 1000 bytes short of its end, then the disk.
 	for size := fileSize(t, logPath); size < 4096-1300; size = fileSize(t, logPath) {
 		ev := audit.Event{Kind: "test.padding", SandboxID: "padding", Decision: "lifecycle", Path: "/" + strings.Repeat("p", min(600, 4096-1300-int(size)))}
-		if err := sink.Record(context.Background(), ev); err != nil {
+		if err := sink.Record(context.Background(), &ev); err != nil {
 			t.Fatal(err)
 		}
 	}
 	filler := fillDisk(t, dir)
-	if err := sink.Record(context.Background(), audit.Event{Kind: "test.padding", Path: "/" + strings.Repeat("p", 1500)}); !errors.Is(err, syscall.ENOSPC) {
+	if err := sink.Record(context.Background(), &audit.Event{Kind: "test.padding", Path: "/" + strings.Repeat("p", 1500)}); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("a large record on the full tmpfs: %v, want ENOSPC", err)
 	}
-	if err := sink.Record(context.Background(), audit.Event{Kind: "test.padding"}); err != nil {
+	if err := sink.Record(context.Background(), &audit.Event{Kind: "test.padding"}); err != nil {
 		t.Fatalf("a small record on the full tmpfs: %v, want it to fit in the last page", err)
 	}
 

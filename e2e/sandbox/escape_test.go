@@ -8,6 +8,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,9 @@ import (
 
 func TestMain(m *testing.M) {
 	native.Init()
+	if code, ran := e2etest.RunRootless(); ran { // AIRLOCK_E2E_ROOTLESS=1: as airlock-test
+		os.Exit(code)
+	}
 	code := m.Run()
 	e2etest.RemoveAirlockBinary()
 	os.Exit(code)
@@ -32,11 +36,15 @@ const canary = "airlock-canary-5f2c9a"
 
 func newSandbox(t *testing.T, o sandbox.Options) *sandbox.Sandbox {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the escape suite needs root")
+	if e2etest.Rootless() && o.WorkspaceMode == sandbox.WorkspaceCoW && o.Workspace != "" {
+		t.Skip("rootless: a copy-on-write workspace needs root")
 	}
 	if o.Backend == nil {
-		o.Backend = &native.Native{StateDir: filepath.Join(os.TempDir(), "airlock-e2e-state")}
+		// Rootless, a memory or CPU bound a test sets is accepted unenforced.
+		o.Backend = &native.Native{StateDir: filepath.Join(os.TempDir(), fmt.Sprintf("airlock-e2e-state-%d", os.Geteuid())), AllowUnenforcedLimits: true}
+	}
+	if o.Rootfs == "" {
+		o.Rootfs = e2etest.Rootfs() // AIRLOCK_E2E_ROOTFS: an image's root instead of the host's
 	}
 	s, err := sandbox.New(context.Background(), o)
 	if err != nil {

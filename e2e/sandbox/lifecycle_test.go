@@ -4,6 +4,7 @@ package sandbox_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -148,9 +149,11 @@ func startSleeper(t *testing.T, bin, kind string) (*exec.Cmd, int, string, strin
 	return cmd, pid, id, marker, stderr
 }
 
-// TestNotRootSaysSo: as an unprivileged user, `airlock sandbox run` says that native
-// sandboxes need root (and what else to use) instead of failing on a state directory.
-func TestNotRootSaysSo(t *testing.T) {
+// TestRootlessRunSaysWhatDoesNotHold: as an unprivileged user, `airlock sandbox run` runs
+// the command in a rootless native sandbox, says once what it does not enforce (no cgroups)
+// and puts the same list in the run report; a memory limit asked for is refused unless
+// --allow-unenforced-limits accepts it unenforced.
+func TestRootlessRunSaysWhatDoesNotHold(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to switch to another user")
 	}
@@ -159,19 +162,47 @@ func TestNotRootSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
+	if err := os.Chmod(filepath.Dir(home), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Chown(home, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "sandbox", "run", "--", "true")
-	cmd.Env = []string{"AIRLOCK_HOME=" + home, "PATH=/usr/bin:/bin"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("airlock sandbox run as nobody: %v, want exit status 1\n%s", err, out)
+	airlock := func(args ...string) (int, string) {
+		cmd := exec.Command(bin, append([]string{"sandbox", "run"}, args...)...)
+		cmd.Env = []string{"AIRLOCK_HOME=" + home, "HOME=" + home, "PATH=/usr/bin:/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return cmd.ProcessState.ExitCode(), string(out)
 	}
-	if !strings.Contains(string(out), "native sandboxes need root") || !strings.Contains(string(out), "--backend docker") {
-		t.Errorf("output %q does not say native sandboxes need root and what else to use", out)
+	report := filepath.Join(home, "report.json")
+	code, out := airlock("--report", report, "--", "sh", "-c", "id -u; grep NoNewPrivs /proc/self/status")
+	if code != 0 || !strings.Contains(out, "1000\n") || !strings.Contains(out, "NoNewPrivs:\t1") {
+		t.Fatalf("rootless run: exit %d, want 0 with uid 1000 and no_new_privs\n%s", code, out)
+	}
+	if n := strings.Count(out, "not enforced (no cgroup)"); n != 1 || !strings.Contains(out, "RLIMIT_NPROC") {
+		t.Errorf("the notice of what does not hold appears %d times, want once, naming the pids bound\n%s", n, out)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Unenforced []string `json:"unenforced"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Unenforced) == 0 || !strings.Contains(rep.Unenforced[0], "memory") {
+		t.Errorf("report's unenforced = %q (%v), want the memory limit first\n%s", rep.Unenforced, err, b)
+	}
+	code, out = airlock("--memory", "64M", "--", "true")
+	if code != 1 || !strings.Contains(out, "a memory limit cannot be enforced") || !strings.Contains(out, "--allow-unenforced-limits") {
+		t.Errorf("--memory as an ordinary user: exit %d, want 1 saying it cannot be enforced and how to accept that\n%s", code, out)
+	}
+	if code, out = airlock("--memory", "64M", "--allow-unenforced-limits", "--", "true"); code != 0 {
+		t.Errorf("--memory with --allow-unenforced-limits: exit %d, want 0\n%s", code, out)
 	}
 }
 

@@ -211,9 +211,15 @@ func applyOp(op mountOp) error {
 	return fmt.Errorf("unknown op %q", op.Kind)
 }
 
-// moveTree attaches a clone of src at dst with the given mount attributes.
+// moveTree attaches a clone of src at dst with the given mount attributes. src is
+// resolved with no symbolic link in any component (see move_tree in stage_linux.c).
 func moveTree(src, dst string, attrSet uint64, usernsFD int) error {
-	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	dir, err := openNoSymlinks(src)
+	if err != nil {
+		return err
+	}
+	tree, err := unix.OpenTree(dir, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	unix.Close(dir)
 	if err != nil {
 		return err
 	}

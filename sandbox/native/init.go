@@ -11,6 +11,8 @@ const (
 	stageSpawn  = "airlock-sandbox:spawn"
 	stageExec   = "airlock-sandbox:exec"
 	stageUserNS = "airlock-sandbox:userns"
+	// stageRootless starts a rootless sandbox's holder (C only: stage_linux.c).
+	stageRootless = "airlock-sandbox:holder-rootless"
 )
 
 // Init runs the sandbox stages of a re-executed airlock binary. A program that creates

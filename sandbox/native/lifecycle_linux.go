@@ -143,14 +143,24 @@ func ownerAlive(dir string) bool {
 // sandboxes there. A sandbox's state directory exists before its cgroups are made and is
 // removed after they are, so a crashed sandbox always leaves one to find it by.
 func (n *Native) Cleanup(ctx context.Context) error {
-	if os.Geteuid() != 0 {
-		return ErrNeedsRoot
-	}
 	state := n.stateDir()
+	if state == "" {
+		return nil // rootless with no home: no sandbox could have been made
+	}
 	var errs []error
+	if rootless() && exists(filepath.Join(state, "sandboxes")) {
+		// What is listed there is removed: only from a directory no one else can swap.
+		if err := CheckPrivateDir(filepath.Join(state, "sandboxes")); err != nil {
+			return err
+		}
+	}
 	entries, err := os.ReadDir(filepath.Join(state, "sandboxes"))
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("read sandboxes: %w", err)
+	}
+	var deleg *delegation
+	if rootless() && len(entries) > 0 {
+		deleg, _ = findDelegation(n.cgroupParent(), n.cgroupRoot()) // Create says what is wrong with it
 	}
 	for _, e := range entries {
 		dir := filepath.Join(state, "sandboxes", e.Name())
@@ -159,6 +169,20 @@ func (n *Native) Cleanup(ctx context.Context) error {
 		}
 		// Cgroups first (which kills what still runs in them), then the state that names
 		// them; a sandbox whose cgroups stay keeps its state for the next Cleanup.
+		if rootless() { // no disk, no uid range: the directory and a delegated cgroup
+			if deleg != nil {
+				if cg := filepath.Join(deleg.parent, e.Name()); exists(cg) {
+					if err := (&cgroups{unified: cg}).remove(); err != nil {
+						errs = append(errs, err)
+						continue
+					}
+				}
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
+			}
+			continue
+		}
 		if err := n.cleanupCgroups(ctx, e.Name()); err != nil {
 			errs = append(errs, err)
 			continue
@@ -170,6 +194,9 @@ func (n *Native) Cleanup(ctx context.Context) error {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
 		}
+	}
+	if rootless() {
+		return errors.Join(errs...)
 	}
 	sandbox.FreeUIDRangesFunc(state, func(id string) string { return filepath.Join(state, "sandboxes", id) })
 	return errors.Join(errs...)
@@ -209,4 +236,14 @@ func justCreated(dir string) bool {
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
+}
+
+// writeOwner records in dir which process (pid and start time) made the sandbox, which
+// ownerAlive reads to tell a live owner from a dead one.
+func writeOwner(dir string) error {
+	b := []byte(strconv.Itoa(os.Getpid()) + " " + strconv.FormatUint(procstat.StartTime(os.Getpid()), 10))
+	if err := os.WriteFile(filepath.Join(dir, "owner"), b, 0o600); err != nil {
+		return fmt.Errorf("write owner: %w", err)
+	}
+	return nil
 }

@@ -47,11 +47,19 @@ type rootConfig struct {
 	Ptys          int64 // the devpts instance's max
 	Inodes        int64 // nr_inodes of each writable tmpfs
 	UIDBase       int
+	Rootless      bool // the holder is root of a user namespace mapping only the invoking user
 	CABundle      []byte
 	Resolver      bool // airlock answers DNS inside: resolv.conf names 127.0.0.1
 	IdmapFD       int  // the id-map user namespace's descriptor in the holder; -1 when absent
 	Protections   []sandbox.Protection
 	HiddenPaths   []string // host paths covered where the sandbox would see them
+	// MaskPaths are host paths that hold secrets on typical hosts, covered where the root
+	// (not the workspace) shows them: the host root's /etc/ssh, say.
+	MaskPaths []string
+	// Image: Rootfs is a whole root file system of its own (see rootfs_linux.go), shown
+	// through an overlay whose top layer is TopLayer.
+	Image    bool
+	TopLayer string
 }
 
 // A mountOp is one step of building a sandbox's file system. The parent plans the steps
@@ -103,6 +111,9 @@ func (p *plan) symlink(target, path string) { p.add("symlink", "link "+path, tar
 
 // planRoot plans the sandbox's file system under cfg.NewRoot and the pivot into it.
 func planRoot(cfg *rootConfig) ([]mountOp, error) {
+	if cfg.Image {
+		return planImageRoot(cfg)
+	}
 	p := &plan{}
 	p.mount("make mounts private", "", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
 	// The holder is in the sandbox's network namespace, which /proc/sys/net shows.
@@ -122,6 +133,9 @@ func planRoot(cfg *rootConfig) ([]mountOp, error) {
 		}
 	}
 	uid, gid := cfg.UIDBase+sandboxUID, cfg.UIDBase+sandboxGID
+	if cfg.Rootless { // the holder's uid 0 is the sandbox user (stage_linux.c's write_idmap)
+		uid, gid = 0, 0
+	}
 	p.tmpfs(filepath.Join(root, "tmp"), fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", cfg.TmpSize, cfg.Inodes))
 	for _, dir := range []string{"run", "home", "var"} {
 		p.tmpfs(filepath.Join(root, dir), "mode=0755,size=1m,nr_inodes=1024")
@@ -140,7 +154,9 @@ func planRoot(cfg *rootConfig) ([]mountOp, error) {
 	if cfg.Resolver {
 		p.resolvConf(cfg, root)
 	}
+	p.identityFiles(cfg, root)
 	p.hide(cfg)
+	p.mask(cfg)
 	for _, dir := range []string{"run", "home", "var"} {
 		p.mount("remount /"+dir+" read-only", "", filepath.Join(root, dir), "", unix.MS_REMOUNT|roFlags, "")
 	}
@@ -202,6 +218,11 @@ func (p *plan) dev(dev string, cfg *rootConfig) error {
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFCHR {
 			return fmt.Errorf("host device /dev/%s: not a character device", name)
+		}
+		if cfg.Rootless { // no mknod in a user namespace: the host's node, bound
+			p.add("touch", "create mount point /dev/"+name, filepath.Join(dev, name))
+			p.mount("bind /dev/"+name, "/dev/"+name, filepath.Join(dev, name), "", unix.MS_BIND, "")
+			continue
 		}
 		p.add("mknod", "create /dev/"+name, filepath.Join(dev, name),
 			strconv.FormatUint(uint64(unix.S_IFCHR|0o666), 10), strconv.FormatUint(st.Rdev, 10))
@@ -340,4 +361,13 @@ func (p *plan) resolvConf(cfg *rootConfig, root string) {
 	}
 	p.mount("bind resolver configuration", dst, target, "", unix.MS_BIND, "")
 	p.mount("remount resolver configuration", "", target, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, "")
+}
+
+// openNoSymlinks opens the directory at path (O_PATH) resolving no symbolic link in any
+// component: ELOOP if there is one.
+func openNoSymlinks(path string) (int, error) {
+	return unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
 }

@@ -1,5 +1,7 @@
 // Package native is the native Linux sandbox backend: namespaces, cgroups, seccomp and
-// Landlock, no daemon; it needs root. Each sandbox has a holder process, the same binary
+// Landlock, no daemon. As root it has every bound; as an ordinary user (rootless_linux.go)
+// the same namespaces, seccomp and Landlock, with cgroups only in a delegated subtree
+// (delegate_linux.go). Each sandbox has a holder process, the same binary
 // re-executed (C code run before the Go runtime with cgo, holder_linux.go without), so a
 // program using it must call Init first in main.
 package native
@@ -11,21 +13,29 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 
-	"github.com/airlock-proxy/airlock/internal/procstat"
 	"github.com/airlock-proxy/airlock/sandbox"
 
 	"golang.org/x/sys/unix"
 )
 
 // Native is the native backend: Linux namespaces, cgroups, seccomp and Landlock, no daemon.
-// It needs root. The zero value uses DefaultStateDir and DefaultCgroupRoot.
+// The zero value uses DefaultStateDir (RootlessStateDir when not root) and DefaultCgroupRoot.
 type Native struct {
 	StateDir   string // per-sandbox directories (uid-range slots are machine-wide: SlotDir)
 	CgroupRoot string // where the cgroup hierarchies are mounted
+	// AllowUnenforcedLimits lets a rootless sandbox be made with a memory or CPU limit
+	// it cannot enforce (no delegated cgroup offering the controller); without it such a
+	// Create fails. The sandbox's
+	// Unenforced says so either way.
+	AllowUnenforcedLimits bool
+	// CgroupParent is a cgroup v2 directory this user may write (rootless only; made once
+	// by root with DelegateCgroup), in which each rootless sandbox gets a cgroup of its
+	// own with the limits of a root one; "": the systemd user manager's delegated
+	// subtree when airlock runs in it, else none (delegate_linux.go).
+	CgroupParent string
 }
 
 // Defaults of the native backend.
@@ -36,9 +46,6 @@ const (
 
 var _ sandbox.Backend = (*Native)(nil)
 
-// ErrNeedsRoot: native sandboxes need root (namespaces, cgroups, idmapped mounts).
-var ErrNeedsRoot = errors.New("native sandboxes need root (namespaces, cgroups, idmapped mounts): run airlock as root, or use --backend docker")
-
 func (n *Native) stateDir() string {
 	if n != nil && n.StateDir != "" {
 		if abs, err := filepath.Abs(n.StateDir); err == nil {
@@ -46,7 +53,17 @@ func (n *Native) stateDir() string {
 		}
 		return n.StateDir
 	}
+	if rootless() {
+		return RootlessStateDir()
+	}
 	return DefaultStateDir
+}
+
+func (n *Native) cgroupParent() string {
+	if n != nil {
+		return n.CgroupParent
+	}
+	return ""
 }
 
 func (n *Native) cgroupRoot() string {
@@ -65,10 +82,14 @@ type nativeInstance struct {
 	uidBase     int
 	cg          *cgroups
 	holder      *exec.Cmd
+	holderPID   int // the holder's pid: holder's, or rootless its child's (stage_linux.c's rootless_holder)
 	ctrl        *os.File
 	ctrlMu      sync.Mutex
 	detach      []func()
-	netns       uint64 // inode of the network namespace, for leak checks
+	netns       uint64      // inode of the network namespace, for leak checks
+	rootless    bool        // made by an ordinary user: see rootless_linux.go
+	deleg       *delegation // rootless: the delegated cgroup parent, nil without one
+	unenforced  []string
 
 	protected []sandbox.Protection // the workspace's, for the sweep at the end
 
@@ -83,13 +104,25 @@ type nativeInstance struct {
 
 // Create builds and starts a native sandbox.
 func (n *Native) Create(ctx context.Context, o sandbox.Options) (inst sandbox.Instance, err error) {
-	if os.Geteuid() != 0 {
-		return nil, ErrNeedsRoot
+	var deleg *delegation
+	if rootless() {
+		if deleg, err = findDelegation(n.cgroupParent(), n.cgroupRoot()); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.checkRootless(o, deleg); err != nil {
+		return nil, err
+	}
+	if err := checkMaskedBinds(o.ReadOnlyPaths, o.MaskPaths); err != nil {
+		return nil, err
+	}
+	if n.stateDir() == "" {
+		return nil, errors.New("rootless native sandboxes keep their state under $XDG_RUNTIME_DIR or $HOME, and neither is set")
 	}
 	if o.Memory == 0 {
 		o.Memory = sandbox.DefaultMemory()
 	}
-	in := &nativeInstance{opts: o, dir: filepath.Join(n.stateDir(), "sandboxes", o.ID)}
+	in := &nativeInstance{opts: o, dir: filepath.Join(n.stateDir(), "sandboxes", o.ID), rootless: rootless()}
 	defer func() {
 		if err != nil {
 			_ = in.Close(context.WithoutCancel(ctx))
@@ -97,6 +130,11 @@ func (n *Native) Create(ctx context.Context, o sandbox.Options) (inst sandbox.In
 	}()
 	if err := os.MkdirAll(filepath.Dir(in.dir), 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	if in.rootless {
+		if err := CheckPrivateDir(filepath.Dir(in.dir)); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.Mkdir(in.dir, 0o700); err != nil {
 		if os.IsExist(err) {
@@ -109,16 +147,32 @@ func (n *Native) Create(ctx context.Context, o sandbox.Options) (inst sandbox.In
 	if err := writeOwner(in.dir); err != nil {
 		return nil, err
 	}
-	if in.uidBase, in.releaseUIDs, err = sandbox.ReserveUIDRange(o.ID, n.stateDir()); err != nil {
-		return nil, err
-	}
-	if in.cg, err = newCgroups(n.cgroupRoot(), o.ID, o); err != nil {
-		return nil, err
+	if in.rootless {
+		// One uid (the caller's), and cgroups only if delegated: what that leaves out is
+		// said, not dropped.
+		in.uidBase, in.cg, in.unenforced = rootlessUIDBase, &cgroups{}, rootlessUnenforced(o, deleg)
+		in.deleg = deleg
+		if deleg != nil {
+			if in.cg, err = newDelegatedCgroup(deleg, o.ID, o); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		if in.uidBase, in.releaseUIDs, err = sandbox.ReserveUIDRange(o.ID, n.stateDir()); err != nil {
+			return nil, err
+		}
+		if in.cg, err = newCgroups(n.cgroupRoot(), o.ID, o); err != nil {
+			return nil, err
+		}
 	}
 	if err := in.startHolder(ctx); err != nil {
 		return nil, err
 	}
-	if o.Proxy != nil {
+	if o.Proxy != nil && in.rootless {
+		if err := in.handOffSockets(); err != nil {
+			return nil, err
+		}
+	} else if o.Proxy != nil {
 		if err := in.attachProxy(); err != nil {
 			return nil, err
 		}
@@ -135,9 +189,16 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 	cfg := &rootConfig{
 		Rootfs: o.Rootfs, RootPaths: defaultRootPaths, ReadOnlyPaths: o.ReadOnlyPaths,
 		NewRoot: root, Workspace: o.Workspace, WorkspaceMode: o.WorkspaceMode,
-		TmpSize: o.TmpSize, UIDBase: in.uidBase, CABundle: o.CABundle, IdmapFD: -1,
+		TmpSize: o.TmpSize, UIDBase: in.uidBase, Rootless: in.rootless, CABundle: o.CABundle, IdmapFD: -1,
 		Ptys: o.Ptys, Inodes: o.Inodes, HiddenPaths: o.HiddenPaths,
-		Resolver: sandbox.Transparent(o),
+		Resolver: sandbox.Transparent(o), MaskPaths: o.MaskPaths,
+	}
+	if o.Rootfs != "/" {
+		cfg.Image, cfg.RootPaths = true, nil
+		cfg.TopLayer = filepath.Join(in.dir, "top")
+		if err := os.Mkdir(cfg.TopLayer, 0o755); err != nil {
+			return nil, fmt.Errorf("create image top layer: %w", err)
+		}
 	}
 	if o.Workspace != "" {
 		fi, err := os.Stat(o.Workspace)
@@ -148,6 +209,11 @@ func (in *nativeInstance) rootConfig() (*rootConfig, error) {
 			return nil, fmt.Errorf("workspace %s: not a directory", o.Workspace)
 		}
 		if cfg.Protections, err = sandbox.WorkspaceProtections(o); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Image {
+		if err := writeTopLayer(cfg, o.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -189,7 +255,7 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	in.ctrl = parentEnd
 	extra := []*os.File{childEnd}
 	defer func() { closeFiles(extra) }()
-	if cfg.Workspace != "" {
+	if cfg.Workspace != "" && !in.rootless { // rootless, the workspace owner is the sandbox user
 		keeper, nsFile, err := in.idmapNamespace()
 		if err != nil {
 			return err
@@ -221,21 +287,50 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 			Pdeathsig: syscall.SIGKILL,
 		},
 	}
+	if in.rootless {
+		in.holder.Args[0], in.holder.SysProcAttr.Cloneflags = stageRootless, 0 // it makes them
+		// With a delegated cgroup, the holder and all it starts are in it from the start.
+		fd, err := in.cg.cgroupFD()
+		if err != nil {
+			return err
+		}
+		if fd >= 0 {
+			defer unix.Close(fd)
+			in.holder.SysProcAttr.UseCgroupFD, in.holder.SysProcAttr.CgroupFD = true, fd
+		}
+	}
 	if err := startPinned(in.holder); err != nil {
 		in.holder = nil
 		return fmt.Errorf("start sandbox: %w", err)
 	}
 	in.waitErr = make(chan error, 1)
 	go func(c *exec.Cmd) { in.waitErr <- c.Wait() }(in.holder)
+	in.holderPID = in.holder.Process.Pid
+	if in.rootless {
+		closeFiles(extra) // a stage that fails closes the control socket's last other end
+		extra = nil
+		var m struct {
+			Pid int `json:"pid"`
+		}
+		if err := in.recvCtrl(ctx, &m); err != nil || m.Pid <= 0 {
+			return fmt.Errorf("start sandbox: no holder (%v)", err)
+		}
+		in.holderPID = m.Pid
+	}
 	// Every command inherits the holder's open-file limit; set before the holder reads its
 	// setup, so before any command starts. Without CAP_SYS_RESOURCE in the host's user
 	// namespace a command cannot raise it.
 	lim := unix.Rlimit{Cur: uint64(in.opts.Nofile), Max: uint64(in.opts.Nofile)}
-	if err := unix.Prlimit(in.holder.Process.Pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+	if err := unix.Prlimit(in.holderPID, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
 		return fmt.Errorf("set the open-file limit to %d: %w", in.opts.Nofile, err)
 	}
-	if err := lowerUserLimits(in.holder.Process.Pid); err != nil {
+	if err := lowerUserLimits(in.holderPID); err != nil {
 		return err
+	}
+	if in.rootless && !in.deleg.has("pids") {
+		if err := boundRootlessPids(in.holderPID, in.opts); err != nil {
+			return err
+		}
 	}
 	closeFiles(extra)
 	extra = nil
@@ -250,7 +345,7 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 		return fmt.Errorf("set up sandbox: %w", err)
 	}
 	var st unix.Stat_t
-	if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", in.holder.Process.Pid), &st) == nil {
+	if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", in.holderPID), &st) == nil {
 		in.netns = st.Ino
 	}
 	return nil
@@ -274,8 +369,18 @@ func (in *nativeInstance) recvCtrl(ctx context.Context, v any) error {
 // the sandbox user's host uid, for the workspace's idmapped mount. The returned function
 // ends that process.
 func (in *nativeInstance) idmapNamespace() (func(), *os.File, error) {
+	// The owner of the directory the holder mounts: both resolve the path with no link in
+	// it (the holder's tree op too), so that a link swapped in cannot make this the owner
+	// of one directory and the mount another (or this root, and the mount a root-owned
+	// directory shown as the sandbox user's).
+	fd, err := openNoSymlinks(in.opts.Workspace)
+	if err != nil {
+		return nil, nil, fmt.Errorf("workspace %s: %w (a workspace path must have no symbolic link in it: resolve it first)", in.opts.Workspace, err)
+	}
 	var st unix.Stat_t
-	if err := unix.Stat(in.opts.Workspace, &st); err != nil {
+	err = unix.Fstat(fd, &st)
+	unix.Close(fd)
+	if err != nil {
 		return nil, nil, fmt.Errorf("workspace: %w", err)
 	}
 	r, w, err := os.Pipe()
@@ -328,11 +433,3 @@ func (in *nativeInstance) Protections() []sandbox.Protection { return in.protect
 
 // NetNSInode is the inode number of the sandbox's network namespace (0 if unknown).
 func (in *nativeInstance) NetNSInode() uint64 { return in.netns }
-
-func writeOwner(dir string) error {
-	b := []byte(strconv.Itoa(os.Getpid()) + " " + strconv.FormatUint(procstat.StartTime(os.Getpid()), 10))
-	if err := os.WriteFile(filepath.Join(dir, "owner"), b, 0o600); err != nil {
-		return fmt.Errorf("write owner: %w", err)
-	}
-	return nil
-}

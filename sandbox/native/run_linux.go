@@ -238,7 +238,11 @@ func newCaptures(cmd sandbox.Command) *stdio {
 
 // newTTYStdio gives the run a terminal of the sandbox's devpts (see TTY).
 func (in *nativeInstance) newTTYStdio(cmd sandbox.Command) (*stdio, error) {
-	master, slave, err := openPty(in.holder.Process.Pid, in.uidBase+sandboxUID, in.uidBase+sandboxGID, cmd.TTY.Size)
+	uid, gid := in.uidBase+sandboxUID, in.uidBase+sandboxGID
+	if in.rootless { // the sandbox user is the caller on the host
+		uid, gid = os.Geteuid(), os.Getegid()
+	}
+	master, slave, err := openPty(in.holderPID, uid, gid, cmd.TTY.Size)
 	if err != nil {
 		return nil, err
 	}

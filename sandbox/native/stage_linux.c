@@ -46,6 +46,7 @@
 
 #define STAGE_HOLDER "airlock-sandbox:holder"
 #define STAGE_USERNS "airlock-sandbox:userns"
+#define STAGE_ROOTLESS "airlock-sandbox:holder-rootless"
 #define CTRL_FD 3
 #define STATUS_FD 3 // in a command's init: where the command's wait status goes
 #define MAX_PACKET (1 << 20)
@@ -303,8 +304,28 @@ struct al_mount_attr {
 	uint64_t attr_set, attr_clr, propagation, userns_fd;
 };
 
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+
+struct al_open_how {
+	uint64_t flags, mode, resolve;
+};
+
+// move_tree attaches a clone of src at dst. src is resolved with no symbolic link in any
+// component (RESOLVE_NO_SYMLINKS: ELOOP otherwise): it is a path airlock checked (a
+// workspace under sessions.workspace_roots, resolved then), and whoever may write a
+// directory on it could otherwise swap a link in between that check and this mount and
+// have another host directory mounted, idmapped to the sandbox user.
 static int move_tree(const char *src, const char *dst, uint64_t attr_set, long userns) {
-	int tree = syscall(SYS_open_tree, AT_FDCWD, src, 1 /* OPEN_TREE_CLONE */ | O_CLOEXEC);
+	struct al_open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC, .resolve = 0x04 | 0x02 /* RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS */};
+	int dir = syscall(SYS_openat2, AT_FDCWD, src, &how, sizeof how);
+	if (dir < 0)
+		return -1;
+	int tree = syscall(SYS_open_tree, dir, "", 1 /* OPEN_TREE_CLONE */ | O_CLOEXEC | AT_EMPTY_PATH);
+	int e0 = errno;
+	close(dir);
+	errno = e0;
 	if (tree < 0)
 		return -1;
 	struct al_mount_attr attr = {.attr_set = attr_set};
@@ -376,7 +397,7 @@ static int op_args(const char *kind) {
 
 // The sandbox's settings, kept for its commands.
 static struct {
-	long uid_base;
+	long uid_base; // -1: rootless (the holder's user namespace maps only the invoking user)
 	struct sock_fprog seccomp;
 	uint64_t ll_handled, ll_scoped;
 	int cgroup_fds[8];
@@ -479,7 +500,9 @@ static int last_cap(void) {
 }
 
 static void drop_privileges(void) {
-	if (syscall(SYS_setgroups, 0, NULL) < 0)
+	// Rootless, every user namespace above has setgroups denied (the kernel's condition for
+	// an unprivileged id map): the supplementary groups cannot be changed, only inherited.
+	if (syscall(SYS_setgroups, 0, NULL) < 0 && !(sb.uid_base < 0 && errno == EPERM))
 		die("clear groups", errno);
 	for (int c = 0, last = last_cap(); c <= last; c++)
 		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
@@ -619,7 +642,9 @@ static void command(struct runreq *r, int gate, int status, int in, int out, int
 	signal(SIGPIPE, SIG_DFL);
 	if (setsid() < 0)
 		die("setsid", errno);
-	if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0)
+	// Rootless, the run's namespace maps only the sandbox user: its creator's full
+	// capabilities there are what set_userns_maxima needs.
+	if (sb.uid_base >= 0 && (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0))
 		die("become root of the user namespace", errno);
 	set_userns_maxima();
 	drop_privileges();
@@ -675,7 +700,9 @@ static size_t nruns, capruns;
 static int write_idmap(pid_t pid, const char *file) {
 	char path[64], line[64];
 	snprintf(path, sizeof path, "/proc/%d/%s", pid, file);
-	int n = snprintf(line, sizeof line, "0 %ld %d\n", sb.uid_base, UID_RANGE);
+	// Rootless: the sandbox user is the holder's uid 0, which is the invoking user.
+	int n = sb.uid_base < 0 ? snprintf(line, sizeof line, "%d 0 1\n", SANDBOX_ID)
+				: snprintf(line, sizeof line, "0 %ld %d\n", sb.uid_base, UID_RANGE);
 	return write_file(path, line, n, O_TRUNC | NO_PARENTS);
 }
 
@@ -729,12 +756,13 @@ static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds) {
 	}
 	if (sp == 0) {
 		close(rep[0]);
-		long pid;
-		if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
+		long pid = 0;
+		// Rootless, the holder's uid is already the invoking user's: nothing to take.
+		if (sb.uid_base >= 0 && (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
 		    syscall(SYS_setresgid, sb.uid_base, sb.uid_base, sb.uid_base) < 0 ||
-		    syscall(SYS_setresuid, sb.uid_base, sb.uid_base, sb.uid_base) < 0)
+		    syscall(SYS_setresuid, sb.uid_base, sb.uid_base, sb.uid_base) < 0))
 			pid = -errno;
-		else if ((pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | CLONE_PARENT, NULL, NULL, NULL, NULL)) < 0)
+		if (pid == 0 && (pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | CLONE_PARENT, NULL, NULL, NULL, NULL)) < 0)
 			pid = -errno;
 		if (pid == 0) {
 			close(rep[1]);
@@ -877,6 +905,54 @@ static void reap(void) {
 	}
 }
 
+// make_sockets answers a "sockets" message (fields: family,type,protocol in decimal, one
+// per socket): the sockets, made in the sandbox's network namespace and unbound, passed
+// back on the control socket. Rootless, airlock cannot enter that namespace; it binds and
+// listens on them itself, as the namespace's owner (see sandbox.AttachSockets).
+static void make_sockets(struct msg *m) {
+	int s[MAX_FDS], n = 0;
+	const char *fail = NULL;
+	int err = 0;
+	for (size_t i = 1; i < m->n && !fail; i++) {
+		long fam, type, proto;
+		char *a = m->f[i], *e1, *e2;
+		fam = strtol(a, &e1, 10);
+		type = *e1 == ',' ? strtol(e1 + 1, &e2, 10) : -1;
+		proto = type >= 0 && *e2 == ',' ? strtol(e2 + 1, NULL, 10) : -1;
+		if (n == MAX_FDS || proto < 0) {
+			fail = "malformed sockets message";
+			break;
+		}
+		if ((s[n] = socket(fam, type | SOCK_CLOEXEC, proto)) < 0) {
+			fail = "create socket";
+			err = errno;
+			break;
+		}
+		n++;
+	}
+	if (fail) {
+		send_error(CTRL_FD, 0, fail, err);
+	} else {
+		char oob[CMSG_SPACE(MAX_FDS * sizeof(int))];
+		memset(oob, 0, sizeof oob);
+		struct iovec iov = {.iov_base = "{}", .iov_len = 2};
+		struct msghdr h = {.msg_iov = &iov, .msg_iovlen = 1};
+		if (n > 0) {
+			h.msg_control = oob;
+			h.msg_controllen = CMSG_SPACE(n * sizeof(int));
+			struct cmsghdr *c = CMSG_FIRSTHDR(&h);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(n * sizeof(int));
+			memcpy(CMSG_DATA(c), s, n * sizeof(int));
+		}
+		while (sendmsg(CTRL_FD, &h, MSG_NOSIGNAL) < 0 && errno == EINTR)
+			;
+	}
+	for (int i = 0; i < n; i++)
+		close(s[i]);
+}
+
 static int holder(void) {
 	unsigned char *buf = malloc(MAX_PACKET);
 	if (!buf)
@@ -938,12 +1014,67 @@ static int holder(void) {
 			int rr = recv_msg(CTRL_FD, buf, &m, fds, &nfds);
 			if (rr == 0 || (rr < 0 && (pfd[0].revents & (POLLHUP | POLLERR))))
 				return 0;
-			if (rr > 0) {
+			if (rr > 0 && m.n > 0 && !strcmp(m.f[0], "sockets")) {
+				for (int i = 0; i < nfds; i++)
+					close(fds[i]);
+				make_sockets(&m);
+				msg_free(&m);
+			} else if (rr > 0) {
 				start_run(&m, fds, nfds);
 				msg_free(&m);
 			}
 		}
 	}
+}
+
+// rootless_holder starts a rootless sandbox's holder. An ordinary user's Go parent could
+// start it in its namespaces itself, but a Go process forks without vfork when it makes a
+// user namespace (the child must wait for its id map), copying the whole parent: tens of
+// milliseconds for airlock. So the parent starts this stage plainly, and it makes the user
+// namespace (mapping its own uid and gid to 0, setgroups denied, as an unprivileged map must)
+// and the others, forks the holder as pid 1 of the new PID namespace, tells the parent the
+// holder's pid on the control socket ({"pid":N}, before the setup, so that the parent sets
+// the holder's limits before anything starts) and waits for it. Without a Go runtime to
+// start, the holder's exec costs little. The holder dies with this
+// process (PR_SET_PDEATHSIG), which dies with the parent.
+static int rootless_holder(void) {
+	char line[64];
+	int n;
+	unsigned uid = geteuid(), gid = getegid(); // unmapped (65534) once the namespace is made
+	if (unshare(CLONE_NEWUSER) < 0 || write_file("/proc/self/setgroups", "deny", 4, O_TRUNC | NO_PARENTS) < 0)
+		return EXIT_SETUP;
+	n = snprintf(line, sizeof line, "0 %u 1\n", uid);
+	if (write_file("/proc/self/uid_map", line, n, O_TRUNC | NO_PARENTS) < 0)
+		return EXIT_SETUP;
+	n = snprintf(line, sizeof line, "0 %u 1\n", gid);
+	if (write_file("/proc/self/gid_map", line, n, O_TRUNC | NO_PARENTS) < 0)
+		return EXIT_SETUP;
+	if (unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC) < 0)
+		return EXIT_SETUP;
+	pid_t pid = fork();
+	if (pid < 0)
+		return EXIT_SETUP;
+	if (pid == 0) {
+		// Executed again, so that its memory belongs to the new user namespace: a
+		// non-dumpable process's /proc files are owned by the root of that namespace,
+		// and the holder writes its commands' id maps there.
+		char *argv[] = {STAGE_HOLDER, NULL}, *envp[] = {NULL};
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+			_exit(EXIT_SETUP);
+		execve("/proc/self/exe", argv, envp);
+		_exit(EXIT_SETUP);
+	}
+	n = snprintf(line, sizeof line, "{\"pid\":%d}", (int)pid);
+	while (send(CTRL_FD, line, n, MSG_NOSIGNAL) < 0 && errno == EINTR)
+		;
+	if (syscall(SYS_close_range, CTRL_FD, ~0U, 0) < 0)
+		for (int fd = CTRL_FD; fd < 1024; fd++)
+			close(fd);
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return EXIT_SETUP;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 // userns_keeper holds a user namespace (the workspace's id map) until stdin closes.
@@ -964,4 +1095,6 @@ __attribute__((constructor)) static void airlock_sandbox_stage(int argc, char **
 		_exit(holder());
 	if (!strcmp(argv[0], STAGE_USERNS))
 		_exit(userns_keeper());
+	if (!strcmp(argv[0], STAGE_ROOTLESS))
+		_exit(rootless_holder());
 }
