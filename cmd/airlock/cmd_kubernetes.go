@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -49,6 +51,8 @@ func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []s
 		return errors.New("--backend kubernetes needs sandbox.kubernetes.proxy_admin: the URL of the in-cluster proxy's admin API, which issues the sandbox's credential (e.g. http://airlock-admin.airlock.svc:9090)")
 	case kc.TokenFile == "":
 		return errors.New("--backend kubernetes needs sandbox.kubernetes.token_file: a file holding an issuer token of the proxy (one of its proxy.issuers)")
+	case kc.InitImage == "":
+		return errNoInitImage
 	}
 	if o.Workspace != "" {
 		return fmt.Errorf("--workspace %s: host directories do not exist on the cluster's nodes; set sandbox.kubernetes.workspace_claim to a PersistentVolumeClaim", o.Workspace)
@@ -77,7 +81,7 @@ func runKubernetes(ctx context.Context, cfg *Config, o sandbox.Options, args []s
 	}
 	be, err := kubernetes.New(kubernetes.Options{
 		Client: client, RESTConfig: restCfg, Execer: kr.execer,
-		Namespace: kc.Namespace, Image: cfg.Sandbox.Image,
+		Namespace: kc.Namespace, Image: cfg.Sandbox.Image, InitImage: kc.InitImage, ConfinementProbe: kc.ConfinementProbe,
 		ProxyService: proxySvc, ProxyNamespace: proxyNS, ProxyPort: kc.ProxyPort,
 		Tokens: issuer, RuntimeClassName: kc.RuntimeClass, WorkspaceClaim: kc.WorkspaceClaim,
 		Logger: log,
@@ -148,4 +152,39 @@ func runRemote(ctx context.Context, o sandbox.Options, args []string, report *ho
 		return exitCode(res.ExitCode)
 	}
 	return nil
+}
+
+// newConfinementCheckCmd is what a Kubernetes sandbox pod's init container runs (from
+// airlock's image): it exits 0 once the pod's NetworkPolicy is in force, and 1 with the
+// reason, which becomes the pod's termination message, when it is not in time.
+func newConfinementCheckCmd() *cobra.Command {
+	var proxy, forbidden string
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:    "confinement-check --proxy HOST:PORT [--forbidden HOST:PORT|none] [--timeout D]",
+		Short:  "Wait, inside a sandbox pod, until only the proxy is reachable (the Kubernetes backend's init container)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, _, err := net.SplitHostPort(proxy); err != nil {
+				return fmt.Errorf("--proxy %q: want HOST:PORT: %w", proxy, err)
+			}
+			if forbidden != "" && forbidden != kubernetes.ConfinementProbeNone {
+				if _, _, err := net.SplitHostPort(forbidden); err != nil {
+					return fmt.Errorf("--forbidden %q: want HOST:PORT or none: %w", forbidden, err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			if err := kubernetes.CheckConfinement(ctx, proxy, forbidden); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "confined: the proxy answers, nothing else does")
+			return nil
+		},
+	}
+	c.Flags().StringVar(&proxy, "proxy", "", "the proxy's address, which must answer")
+	c.Flags().StringVar(&forbidden, "forbidden", "", "an address the pod's policy must refuse (default: the API server, from KUBERNETES_SERVICE_HOST/PORT), or none")
+	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait")
+	return c
 }

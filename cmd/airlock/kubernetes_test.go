@@ -106,6 +106,7 @@ func TestKubernetesRun(t *testing.T) {
 	cfg := kubeConfig(t, home, fmt.Sprintf(`sandbox:
   image: registry.example/agent:1
   kubernetes:
+    init_image: registry.example/airlock:1
     proxy_admin: %s
     token_file: %s
     proxy_port: %s
@@ -172,14 +173,15 @@ func TestKubernetesRunErrors(t *testing.T) {
 		connect    func(string) (k8s.Interface, *rest.Config, error)
 		want       string
 	}{
-		{"no image", "sandbox:\n  kubernetes: {proxy_admin: http://a:9090, token_file: " + tokenFile + "}\n", fakeConnect, "needs --image"},
-		{"no admin", "sandbox:\n  image: i\n  kubernetes: {token_file: " + tokenFile + "}\n", fakeConnect, "sandbox.kubernetes.proxy_admin"},
-		{"no token file", "sandbox:\n  image: i\n  kubernetes: {proxy_admin: http://a:9090}\n", fakeConnect, "sandbox.kubernetes.token_file"},
-		{"token file missing", "sandbox:\n  image: i\n  kubernetes: {proxy_admin: http://a:9090, token_file: /nonexistent/t}\n", fakeConnect, "sandbox.kubernetes.token_file: open /nonexistent/t"},
-		{"no ca", "sandbox:\n  image: i\n  kubernetes: {proxy_admin: http://a:9090, token_file: " + tokenFile + ", ca_file: /nonexistent/ca.pem}\n", fakeConnect, "sandbox.kubernetes.ca_file"},
-		{"no kubeconfig", "sandbox:\n  image: i\n  kubernetes: {proxy_admin: http://a:9090, token_file: " + tokenFile + ", kubeconfig: " + home + "/no-kubeconfig}\n",
+		{"no image", "sandbox:\n  kubernetes: {init_image: airlock:t, proxy_admin: http://a:9090, token_file: " + tokenFile + "}\n", fakeConnect, "needs --image"},
+		{"no admin", "sandbox:\n  image: i\n  kubernetes: {init_image: airlock:t, token_file: " + tokenFile + "}\n", fakeConnect, "sandbox.kubernetes.proxy_admin"},
+		{"no token file", "sandbox:\n  image: i\n  kubernetes: {init_image: airlock:t, proxy_admin: http://a:9090}\n", fakeConnect, "sandbox.kubernetes.token_file"},
+		{"token file missing", "sandbox:\n  image: i\n  kubernetes: {init_image: airlock:t, proxy_admin: http://a:9090, token_file: /nonexistent/t}\n", fakeConnect, "sandbox.kubernetes.token_file: open /nonexistent/t"},
+		{"no ca", "sandbox:\n  image: i\n  kubernetes: {init_image: airlock:t, proxy_admin: http://a:9090, token_file: " + tokenFile + ", ca_file: /nonexistent/ca.pem}\n", fakeConnect, "sandbox.kubernetes.ca_file"},
+		{"no kubeconfig", "sandbox:\n  image: i\n  kubernetes: {init_image: airlock:t, proxy_admin: http://a:9090, token_file: " + tokenFile + ", kubeconfig: " + home + "/no-kubeconfig}\n",
 			kubernetes.Connect, "no usable cluster configuration"},
-		{"admin unreachable", "sandbox:\n  image: i\n  kubernetes: {proxy_admin: " + deadAdmin + ", token_file: " + tokenFile + "}\n", fakeConnect, "airlock admin API at " + deadAdmin + " unreachable"},
+		{"no init image", "sandbox:\n  image: i\n  kubernetes: {proxy_admin: http://a:9090, token_file: " + tokenFile + "}\n", fakeConnect, "sandbox.kubernetes.init_image"},
+		{"admin unreachable", "sandbox:\n  image: i\n  kubernetes: {init_image: airlock:t, proxy_admin: " + deadAdmin + ", token_file: " + tokenFile + "}\n", fakeConnect, "airlock admin API at " + deadAdmin + " unreachable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -199,12 +201,13 @@ func TestKubernetesRunErrors(t *testing.T) {
 	}
 	// Config validation names the key.
 	for body, want := range map[string]string{
-		"sandbox:\n  kubernetes: {proxy_admin: ftp://x}\n":                          "sandbox.kubernetes.proxy_admin",
-		"sandbox:\n  kubernetes: {proxy_admin: \"http://u:p@x:9090\"}\n":            "token_file, not in the URL",
-		"sandbox:\n  kubernetes: {proxy_port: 70000}\n":                             "sandbox.kubernetes.proxy_port",
-		"proxy:\n  revocation_cache: 1m\n":                                          "proxy.revocation_cache",
-		"proxy:\n  issuers: [{name: a}]\n":                                          "proxy.issuers[0].token_file",
-		"proxy:\n  issuers: [{name: a, token_file: x}, {name: a, token_file: y}]\n": "proxy.issuers[1].name",
+		"sandbox:\n  kubernetes: {init_image: airlock:t, proxy_admin: ftp://x}\n":               "sandbox.kubernetes.proxy_admin",
+		"sandbox:\n  kubernetes: {init_image: airlock:t, proxy_admin: \"http://u:p@x:9090\"}\n": "token_file, not in the URL",
+		"sandbox:\n  kubernetes: {proxy_port: 70000}\n":                                         "sandbox.kubernetes.proxy_port",
+		"sandbox:\n  kubernetes: {confinement_probe: 10.96.0.1}\n":                              "sandbox.kubernetes.confinement_probe",
+		"proxy:\n  revocation_cache: 1m\n":                                                      "proxy.revocation_cache",
+		"proxy:\n  issuers: [{name: a}]\n":                                                      "proxy.issuers[0].token_file",
+		"proxy:\n  issuers: [{name: a, token_file: x}, {name: a, token_file: y}]\n":             "proxy.issuers[1].name",
 	} {
 		p := writeConfig(t, "home: "+home+"\n"+body)
 		if _, _, err := loadWithFlags(t, "--config", p); err == nil || !strings.Contains(err.Error(), want) {
@@ -221,5 +224,46 @@ func TestSandboxRunAcceptsKubernetes(t *testing.T) {
 	err := root.Execute()
 	if err == nil || !strings.Contains(err.Error(), "sandbox.kubernetes.proxy_admin") {
 		t.Errorf("sandbox run --backend kubernetes: %v, want the missing proxy_admin named", err)
+	}
+}
+
+// TestConfinementCheckCommand: what a sandbox pod's init container runs exits 0 once the
+// proxy answers and the forbidden address does not, and fails with the reason otherwise;
+// malformed addresses are refused before anything is dialled.
+func TestConfinementCheckCommand(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	proxy := l.Addr().String()
+	for _, tt := range []struct {
+		args []string
+		want string // "" means success
+	}{
+		{[]string{"--proxy", proxy, "--forbidden", "none"}, ""},
+		{[]string{"--proxy", proxy, "--forbidden", proxy, "--timeout", "300ms"}, "which the policy forbids, answers"},
+		{[]string{"--proxy", "10.0.0.1"}, "--proxy \"10.0.0.1\": want HOST:PORT"},
+		{[]string{"--proxy", proxy, "--forbidden", "api"}, "want HOST:PORT or none"},
+	} {
+		root := newRoot()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(append([]string{"sandbox", "confinement-check"}, tt.args...))
+		err := root.Execute()
+		switch {
+		case tt.want == "" && (err != nil || !strings.Contains(out.String(), "confined")):
+			t.Errorf("%v: %v %q, want confined", tt.args, err, out.String())
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%v: %v, want an error mentioning %q", tt.args, err, tt.want)
+		}
 	}
 }

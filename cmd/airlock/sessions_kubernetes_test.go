@@ -44,7 +44,7 @@ func (m *memTokens) RevokeToken(_ context.Context, id string) error {
 func TestKubernetesSession(t *testing.T) {
 	c := fakeKubeCluster()
 	tok := &memTokens{live: map[string]bool{}}
-	sb := &sessionBackends{tokens: tok, kube: KubernetesConfig{Namespace: "sbx"},
+	sb := &sessionBackends{tokens: tok, kube: KubernetesConfig{Namespace: "sbx", InitImage: "registry.example/airlock:1"},
 		connect: func(string) (k8s.Interface, *rest.Config, error) { return c, &rest.Config{}, nil },
 		execer:  &localExecer{t: t, client: c, dir: t.TempDir()}}
 	m, err := session.New(session.Options{StateDir: t.TempDir(), Backend: sb.backend}, nil)
@@ -58,7 +58,7 @@ func TestKubernetesSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod, err := c.CoreV1().Pods("sbx").Get(ctx, "airlock-"+info.ID, metav1.GetOptions{})
-	if err != nil || pod.Spec.Containers[0].Image != "registry.example/agent:1" {
+	if err != nil || pod.Spec.Containers[0].Image != "registry.example/agent:1" || pod.Spec.InitContainers[0].Image != "registry.example/airlock:1" {
 		t.Fatalf("the session's pod: %v %v", pod, err)
 	}
 	if !tok.live[info.ID] {
@@ -91,7 +91,11 @@ func TestKubernetesSession(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", c.spec, err, c.want)
 		}
 	}
-	none := &sessionBackends{tokens: tok, connect: func(string) (k8s.Interface, *rest.Config, error) {
+	noInit := &sessionBackends{tokens: tok, kube: KubernetesConfig{Namespace: "sbx"}, connect: sb.connect}
+	if _, err := noInit.backend(ctx, "kubernetes", "x:1"); err == nil || !strings.Contains(err.Error(), "sandbox.kubernetes.init_image") {
+		t.Errorf("no init image: %v", err)
+	}
+	none := &sessionBackends{tokens: tok, kube: KubernetesConfig{InitImage: "a:1"}, connect: func(string) (k8s.Interface, *rest.Config, error) {
 		return nil, nil, errors.New("no configuration")
 	}}
 	if _, err := none.backend(ctx, "kubernetes", "x:1"); err == nil || !strings.Contains(err.Error(), "this airlock reaches no Kubernetes cluster") {

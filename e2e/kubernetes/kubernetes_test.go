@@ -128,7 +128,7 @@ func TestSandboxPod(t *testing.T) {
 	caPEM, err := os.ReadFile(env.caFile)
 	must(t, err)
 	be, err := kubernetes.New(kubernetes.Options{
-		Client: cs, RESTConfig: cfg, Image: sandboxImg,
+		Client: cs, RESTConfig: cfg, Image: sandboxImg, InitImage: airlockImg,
 		ProxyService: "airlock", ProxyNamespace: proxyNS, Tokens: issuer,
 	})
 	must(t, err)
@@ -141,6 +141,16 @@ func TestSandboxPod(t *testing.T) {
 			sb.Close(context.Background())
 		}
 	}()
+	// The pod's own container started only after its init container saw the policy in
+	// force from inside the pod (the proxy answers, the API server does not).
+	pod, err := kadmin.CoreV1().Pods(sandboxNS).Get(ctx, "airlock-"+id, metav1.GetOptions{})
+	must(t, err)
+	if st := pod.Status.InitContainerStatuses; len(st) != 1 || st[0].State.Terminated == nil || st[0].State.Terminated.ExitCode != 0 {
+		t.Errorf("confinement check: %+v, want one init container that exited 0", st)
+	}
+	if b, err := kadmin.CoreV1().Pods(sandboxNS).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "confinement"}).DoRaw(ctx); err != nil || !strings.Contains(string(b), "confined") {
+		t.Errorf("confinement check's log: %q %v", b, err)
+	}
 	run := func(script string) string {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
@@ -317,6 +327,7 @@ func TestCLISandboxRun(t *testing.T) {
 	cfgFile := filepath.Join(home, "airlock.yaml")
 	must(t, os.WriteFile(cfgFile, []byte(fmt.Sprintf(`sandbox:
   kubernetes:
+    init_image: `+airlockImg+`
     proxy_admin: http://%s
     token_file: %s
     kubeconfig: %s
@@ -354,6 +365,19 @@ func TestCLISandboxRun(t *testing.T) {
 		t.Errorf("report labels %v", rep.Labels)
 	}
 	assertNothingLeft(t, rep.SandboxID, "")
+	proxyURL := sandboxProxyURL(t, out, "the sandbox")
+	pass, _ := proxyURL.User.Password()
+	if strings.Contains(stderr.String(), pass) {
+		t.Error("the CLI's stderr holds the credential")
+	}
+	assertRefusedEverywhere(t, proxyURL, "the finished run's")
+}
+
+// sandboxProxyURL is the proxy URL a sandbox printed as "proxy=$HTTPS_PROXY" in out (what
+// names the sandbox, e.g. "the session pod"), checked to hold a credential and to point at
+// the proxy Service's cluster IP.
+func sandboxProxyURL(t *testing.T, out, what string) *url.URL {
+	t.Helper()
 	var proxyURL *url.URL
 	for _, l := range strings.Split(out, "\n") {
 		if v, ok := strings.CutPrefix(l, "proxy="); ok {
@@ -361,16 +385,21 @@ func TestCLISandboxRun(t *testing.T) {
 		}
 	}
 	if proxyURL == nil || proxyURL.User == nil {
-		t.Fatal("no credential in the sandbox's HTTPS_PROXY")
+		t.Fatalf("no credential in %s's HTTPS_PROXY", what)
 	}
 	if proxyURL.Hostname() != env.proxySvcIP {
 		t.Errorf("HTTPS_PROXY points at %s, want the proxy Service's cluster IP %s", proxyURL.Hostname(), env.proxySvcIP)
 	}
-	pass, _ := proxyURL.User.Password()
-	if strings.Contains(stderr.String(), pass) {
-		t.Error("the CLI's stderr holds the credential")
-	}
+	return proxyURL
+}
+
+// assertRefusedEverywhere checks that every replica answers 407 to the credential in
+// proxyURL once the revocation cache (proxy.revocation_cache, 1 s) has expired; whose
+// names it in the errors ("the ended session's").
+func assertRefusedEverywhere(t *testing.T, proxyURL *url.URL, whose string) {
+	t.Helper()
 	time.Sleep(2 * time.Second) // proxy.revocation_cache
+	pass, _ := proxyURL.User.Password()
 	for _, r := range env.replicas {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+strings.TrimPrefix(env.upstreamURL, "https://")+"/allowed/x", nil)
 		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(proxyURL.User.Username()+":"+pass)))
@@ -379,7 +408,7 @@ func TestCLISandboxRun(t *testing.T) {
 		must(t, err)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusProxyAuthRequired {
-			t.Errorf("replica %s: the finished run's credential got %d, want 407", r.name, resp.StatusCode)
+			t.Errorf("replica %s: %s credential got %d, want 407", r.name, whose, resp.StatusCode)
 		}
 	}
 }

@@ -35,6 +35,7 @@ const (
 	proxyNS    = "airlock"
 	sandboxNS  = "airlock-sandboxes"
 	sandboxImg = "airlock-sandbox-test:latest"
+	airlockImg = "airlock:dev" // deploy/build-images.sh's, the Deployment's and the sandboxes' init image
 )
 
 var (
@@ -110,7 +111,7 @@ func setup(m *testing.M) int {
 	for _, s := range [][]string{
 		{"deploy/build-images.sh"},
 		{"e2e/docker/build-image.sh", sandboxImg},
-		{"e2e/kubernetes/cluster.sh", "load-docker", "airlock:dev", sandboxImg},
+		{"e2e/kubernetes/cluster.sh", "load-docker", airlockImg, sandboxImg},
 	} {
 		cmd := exec.Command("sh", s...)
 		if strings.HasSuffix(s[0], "cluster.sh") {

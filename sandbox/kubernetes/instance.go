@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -122,24 +123,46 @@ func (in *instance) waitRunning(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, in.b.opts.StartTimeout)
 	defer cancel()
 	var last corev1.PodPhase
+	var why string
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		p, err := in.b.opts.Client.CoreV1().Pods(in.b.opts.Namespace).Get(ctx, in.name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		last = p.Status.Phase
+		last, why = p.Status.Phase, containersState(p)
 		switch last {
 		case corev1.PodRunning:
 			return true, nil
 		case corev1.PodFailed, corev1.PodSucceeded:
-			return false, fmt.Errorf("pod %s ended (%s) before it ran: %s", in.name, last, p.Status.Message)
+			return false, fmt.Errorf("pod %s ended (%s) before it ran: %s", in.name, last, cmp.Or(why, p.Status.Message))
 		}
 		return false, nil
 	})
 	if err != nil {
+		if why != "" {
+			return fmt.Errorf("wait for pod %s to run (last phase %q; %s): %w", in.name, last, why, err)
+		}
 		return fmt.Errorf("wait for pod %s to run (last phase %q): %w", in.name, last, err)
 	}
 	return nil
+}
+
+// containersState says why p's containers do not run: the confinement check that failed
+// (its message), or what a container waits for (an image that cannot be pulled); "" when
+// there is nothing to say.
+func containersState(p *corev1.Pod) string {
+	var out []string
+	for _, st := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		switch {
+		case st.State.Terminated != nil && st.State.Terminated.ExitCode != 0:
+			t := st.State.Terminated
+			out = append(out, fmt.Sprintf("container %s exited %d: %s", st.Name, t.ExitCode, strings.TrimSpace(cmp.Or(t.Message, t.Reason))))
+		case st.State.Waiting != nil && st.State.Waiting.Reason != "" && st.State.Waiting.Reason != "PodInitializing":
+			w := st.State.Waiting
+			out = append(out, strings.TrimSpace(fmt.Sprintf("container %s waiting: %s %s", st.Name, w.Reason, w.Message)))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // Run execs cmd in the pod. The command gets the built environment except the proxy

@@ -13,6 +13,11 @@
 //     no privilege escalation, the RuntimeDefault seccomp profile, CPU/memory limits and an
 //     optional runtimeClassName (gvisor, kata).
 //
+// Before the pod's own container starts, an init container of airlock's image
+// (Options.InitImage) checks from inside the pod that the proxy answers and that the API
+// server does not: network plugins program a new pod's policy some time after it starts,
+// and no command may run in that window (CheckConfinement).
+//
 // Commands run through the API's exec subresource (remotecommand); logs through the log
 // subresource. The image needs /bin/sh and env: a command is started as
 // `sh -c 'cd "$0" && exec env K=V... "$@"' DIR ARGS...` so that it gets the environment the
@@ -66,6 +71,15 @@ type Options struct {
 	Namespace string // where sandboxes run; default DefaultNamespace
 	Image     string // required
 
+	// InitImage is airlock's own image (required): the pod's init container runs
+	// `airlock sandbox confinement-check` from it, so that no command runs in the pod before
+	// its NetworkPolicy is in force (see CheckConfinement).
+	InitImage string
+	// ConfinementProbe is the host:port the check expects the policy to refuse; empty means
+	// the API server's Service (in every pod's environment), ConfinementProbeNone only
+	// waits for the proxy to answer.
+	ConfinementProbe string
+
 	// The airlock proxy: its Service (whose cluster IP goes in HTTP_PROXY), the namespace
 	// of the Service and pods (default Namespace), the labels of its pods (the only
 	// egress peer; default DefaultProxySelector) and its port (default sandbox.ProxyPort).
@@ -114,6 +128,8 @@ func New(o Options) (*Backend, error) {
 		return nil, errors.New("kubernetes backend: client is required")
 	case o.Image == "":
 		return nil, errors.New("kubernetes backend: image is required")
+	case o.InitImage == "":
+		return nil, errors.New("kubernetes backend: init image is required: airlock's own image, whose init container holds the pod until its NetworkPolicy is in force")
 	case o.ProxyService == "":
 		return nil, errors.New("kubernetes backend: proxy service is required")
 	case o.Tokens == nil:

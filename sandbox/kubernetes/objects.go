@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -85,7 +86,8 @@ func (b *Backend) buildObjects(o sandbox.Options, proxyIP, token string) (object
 	if len(o.CABundle) > 0 {
 		secret.Data[keyCABundle] = o.CABundle
 	}
-	return objects{Secret: secret, NetworkPolicy: b.networkPolicy(o, meta), Pod: b.pod(o, meta, len(o.CABundle) > 0)}, nil
+	proxyAddr := net.JoinHostPort(proxyIP, strconv.Itoa(b.opts.ProxyPort))
+	return objects{Secret: secret, NetworkPolicy: b.networkPolicy(o, meta), Pod: b.pod(o, meta, proxyAddr, len(o.CABundle) > 0)}, nil
 }
 
 // networkPolicy allows the sandbox's pod no ingress and egress only to the proxy's pods.
@@ -111,7 +113,13 @@ func (b *Backend) networkPolicy(o sandbox.Options, meta metav1.ObjectMeta) *netw
 	}
 }
 
-func (b *Backend) pod(o sandbox.Options, meta metav1.ObjectMeta, withCA bool) *corev1.Pod {
+// confinementTimeout bounds the init container's wait for the pod's NetworkPolicy; at most
+// half the start timeout, so that its reason reaches Create.
+func (b *Backend) confinementTimeout() time.Duration {
+	return min(time.Minute, b.opts.StartTimeout/2)
+}
+
+func (b *Backend) pod(o sandbox.Options, meta metav1.ObjectMeta, proxyAddr string, withCA bool) *corev1.Pod {
 	no, yes := false, true
 	uid := b.opts.User
 	tmp := resource.NewQuantity(o.TmpSize, resource.BinarySI)
@@ -155,6 +163,18 @@ func (b *Backend) pod(o sandbox.Options, meta metav1.ObjectMeta, withCA bool) *c
 		runtimeClass = &rc
 	}
 	grace := int64(podGracePeriod)
+	restricted := func() *corev1.SecurityContext {
+		return &corev1.SecurityContext{
+			AllowPrivilegeEscalation: &no, Privileged: &no, ReadOnlyRootFilesystem: &yes,
+			RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}
+	}
+	check := []string{"sandbox", "confinement-check", "--proxy", proxyAddr, "--timeout", b.confinementTimeout().String()}
+	if b.opts.ConfinementProbe != "" {
+		check = append(check, "--forbidden", b.opts.ConfinementProbe)
+	}
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: meta,
@@ -172,20 +192,27 @@ func (b *Backend) pod(o sandbox.Options, meta metav1.ObjectMeta, withCA bool) *c
 				RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid, FSGroup: &uid,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
+			// The check runs airlock's image with its own entrypoint; it sees the proxy's
+			// address and nothing of the sandbox (no Secret, no volumes).
+			InitContainers: []corev1.Container{{
+				Name:                     confinementContainer,
+				Image:                    b.opts.InitImage,
+				Args:                     check,
+				SecurityContext:          restricted(),
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+					corev1.ResourceMemory: resource.MustParse("128Mi"), corev1.ResourceCPU: resource.MustParse("500m")}},
+				ImagePullPolicy: corev1.PullIfNotPresent,
+			}},
 			Containers: []corev1.Container{{
-				Name:         containerName,
-				Image:        b.opts.Image,
-				Command:      b.opts.Idle,
-				Env:          env,
-				WorkingDir:   workdir,
-				VolumeMounts: mounts,
-				Resources:    corev1.ResourceRequirements{Limits: limits},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: &no, Privileged: &no, ReadOnlyRootFilesystem: &yes,
-					RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
-					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-				},
+				Name:            containerName,
+				Image:           b.opts.Image,
+				Command:         b.opts.Idle,
+				Env:             env,
+				WorkingDir:      workdir,
+				VolumeMounts:    mounts,
+				Resources:       corev1.ResourceRequirements{Limits: limits},
+				SecurityContext: restricted(),
 				ImagePullPolicy: corev1.PullIfNotPresent,
 			}},
 			Volumes: volumes,

@@ -70,6 +70,9 @@ func newTestBackend(t *testing.T, o Options) *Backend {
 			Spec:       corev1.ServiceSpec{ClusterIP: "10.96.0.42"},
 		})
 	}
+	if o.InitImage == "" {
+		o.InitImage = "registry.example/airlock:1.0"
+	}
 	if o.Image == "" {
 		o.Image = "registry.example/agent-sandbox:1.0"
 	}
@@ -117,7 +120,7 @@ func TestGoldenObjects(t *testing.T) {
 	}{
 		{"limits", Options{RuntimeClassName: "gvisor"}, sandbox.Options{ID: "sbx-7f3a", Labels: map[string]string{"task": "triage"},
 			Memory: 512 << 20, CPUs: 1.5, Pids: 256, TmpSize: 64 << 20, CABundle: []byte("-----BEGIN CERTIFICATE-----\nTEST\n-----END CERTIFICATE-----\n")}},
-		{"workspace", Options{WorkspaceClaim: "agent-work", User: 2000}, sandbox.Options{ID: "sbx-ws", WorkspaceMode: sandbox.WorkspaceRO, TmpSize: 1 << 20}},
+		{"workspace", Options{WorkspaceClaim: "agent-work", User: 2000, ConfinementProbe: "10.0.0.9:443"}, sandbox.Options{ID: "sbx-ws", WorkspaceMode: sandbox.WorkspaceRO, TmpSize: 1 << 20}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,11 +165,12 @@ func TestNewValidates(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{"no client", Options{Image: "i", ProxyService: "a", Tokens: &tokens{}, Execer: ex}, "client"},
-		{"no image", Options{Client: c, ProxyService: "a", Tokens: &tokens{}, Execer: ex}, "image"},
-		{"no proxy service", Options{Client: c, Image: "i", Tokens: &tokens{}, Execer: ex}, "proxy service"},
-		{"no tokens", Options{Client: c, Image: "i", ProxyService: "a", Execer: ex}, "token issuer"},
-		{"no exec", Options{Client: c, Image: "i", ProxyService: "a", Tokens: &tokens{}}, "REST config"},
+		{"no client", Options{Image: "i", InitImage: "a", ProxyService: "a", Tokens: &tokens{}, Execer: ex}, "client"},
+		{"no image", Options{Client: c, InitImage: "a", ProxyService: "a", Tokens: &tokens{}, Execer: ex}, "image"},
+		{"no proxy service", Options{Client: c, Image: "i", InitImage: "a", Tokens: &tokens{}, Execer: ex}, "proxy service"},
+		{"no tokens", Options{Client: c, Image: "i", InitImage: "a", ProxyService: "a", Execer: ex}, "token issuer"},
+		{"no exec", Options{Client: c, Image: "i", InitImage: "a", ProxyService: "a", Tokens: &tokens{}}, "REST config"},
+		{"no init image", Options{Client: c, Image: "i", ProxyService: "a", Tokens: &tokens{}, Execer: ex}, "init image"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
