@@ -1,16 +1,15 @@
 #!/bin/sh
 # Stand-in for an agent: some requests the shipped policy allows, some it denies, and a
-# direct connection that must fail because the network has no route out. HTTP is spoken
-# with nc (busybox-static's wget crashes in NSS lookups when glibc is static).
-proxy=${HTTP_PROXY#http://}
-proxy=${proxy%/}
-phost=${proxy%:*}
-pport=${proxy##*:}
+# direct connection that must fail because the network has no route out. HTTP goes through
+# the proxy in http_proxy with busybox's wget (the image carries the NSS modules its static
+# glibc loads).
 
 # req METHOD HOST PATH: prints the proxy's status line.
 req() {
-  printf '%s http://%s%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: airlock-sample-agent\r\nConnection: close\r\n\r\n' \
-    "$1" "$2" "$3" "$2" | nc -w 10 "$phost" "$pport" | head -n 1
+  data=""
+  [ "$1" = POST ] && data="--post-data=x"
+  timeout 20 wget -S -O /dev/null -U airlock-sample-agent $data "http://$2$3" 2>&1 |
+    sed -n 's/^ *\(HTTP\/[0-9.]* [0-9][0-9][0-9].*\)$/\1/p' | head -n 1
 }
 
 i=0

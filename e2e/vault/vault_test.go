@@ -64,6 +64,7 @@ path "leased/*"                    { capabilities = ["read"] }
 path "auth/token/create"           { capabilities = ["update", "sudo"] }
 path "auth/token/renew"            { capabilities = ["update"] }
 path "auth/token/revoke"           { capabilities = ["update"] }
+path "auth/token/revoke-accessor"  { capabilities = ["update"] }
 path "sys/leases/renew"            { capabilities = ["update"] }
 path "sys/leases/revoke"           { capabilities = ["update"] }
 path "identity/oidc/token/internal" { capabilities = ["read"] }
