@@ -41,7 +41,7 @@ func TestNoCanaryInAuditOrDecisionLog(t *testing.T) {
 		ev := NewRequestEvent(r)
 		ev.SandboxID, ev.Decision, ev.Rule, ev.Creds = "sbx-1", "allow", "example", []string{"github-write"}
 		ev.ErrorClass = "upstream: Authorization " + canary
-		if err := s.Record(context.Background(), ev); err != nil {
+		if err := s.Record(context.Background(), &ev); err != nil {
 			t.Fatal(err)
 		}
 		input := map[string]any{"version": 1, "phase": "request", "sandbox": map[string]any{"id": "sbx-1"},

@@ -72,8 +72,8 @@ func hexString(b []byte) string {
 
 // eventBody encodes an event's fields as a JSON object. It needs no chain position, so
 // callers encode outside the sink's lock; appendLine puts seq and prev in front.
-func eventBody(ev Event) ([]byte, error) {
-	body, err := appendEventJSON(make([]byte, 0, 512), &ev)
+func eventBody(ev *Event) ([]byte, error) {
+	body, err := appendEventJSON(make([]byte, 0, 512), ev)
 	if err != nil {
 		return nil, fmt.Errorf("encode audit event: %w", err)
 	}

@@ -19,7 +19,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	_ = sink.Record(context.Background(), audit.Event{Kind: "request", SandboxID: "sbx-1",
+	_ = sink.Record(context.Background(), &audit.Event{Kind: "request", SandboxID: "sbx-1",
 		Method: "GET", Host: "api.github.com", Query: "token=abc", Decision: "allow", Rule: "github.read"})
 	_ = sink.Close()
 

@@ -27,8 +27,8 @@ func testKey(t *testing.T) (string, ed25519.PublicKey) {
 	return p, pub
 }
 
-func testEvent(i int) Event {
-	return Event{Kind: "request", SandboxID: "sbx-1", Method: "GET", Scheme: "https",
+func testEvent(i int) *Event {
+	return &Event{Kind: "request", SandboxID: "sbx-1", Method: "GET", Scheme: "https",
 		Host: "api.example.com", Port: 443, Path: fmt.Sprintf("/item/%d", i), Decision: "allow", Rule: "example.read"}
 }
 

@@ -12,7 +12,7 @@ import (
 
 // Recorder is where a RefusalLimit writes (a *Sink).
 type Recorder interface {
-	Record(ctx context.Context, ev Event) error
+	Record(ctx context.Context, ev *Event) error
 }
 
 // Defaults of RefusalLimitOptions.
@@ -100,21 +100,21 @@ func NewRefusalLimit(next Recorder, o RefusalLimitOptions) *RefusalLimit {
 }
 
 // IsRefusal reports whether ev is a refusal record that RefusalLimit may summarise.
-func IsRefusal(ev Event) bool {
+func IsRefusal(ev *Event) bool {
 	return ev.Stage == "" && (ev.Kind == event.KindRequest || ev.Kind == event.KindConnect) &&
 		ev.Decision.Refused() && ev.ApprovalID == ""
 }
 
 // Record writes ev, or counts it when it is a refusal past its sandbox's limit (then the
 // error is nil: its count is written with the next summary).
-func (l *RefusalLimit) Record(ctx context.Context, ev Event) error {
+func (l *RefusalLimit) Record(ctx context.Context, ev *Event) error {
 	if !IsRefusal(ev) || l.admit(ev) {
 		return l.next.Record(ctx, ev)
 	}
 	return nil
 }
 
-func (l *RefusalLimit) admit(ev Event) bool {
+func (l *RefusalLimit) admit(ev *Event) bool {
 	now := l.o.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -188,7 +188,8 @@ func (l *RefusalLimit) Flush(ctx context.Context) error {
 	l.mu.Unlock()
 	var first error
 	for k, c := range counts {
-		if err := l.next.Record(ctx, l.summary(k, c)); err != nil {
+		sum := l.summary(k, c)
+		if err := l.next.Record(ctx, &sum); err != nil {
 			if first == nil {
 				first = err
 			}

@@ -16,10 +16,10 @@ type memRecorder struct {
 	evs []Event
 }
 
-func (m *memRecorder) Record(_ context.Context, ev Event) error {
+func (m *memRecorder) Record(_ context.Context, ev *Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.evs = append(m.evs, ev)
+	m.evs = append(m.evs, *ev)
 	return nil
 }
 
@@ -48,7 +48,7 @@ func TestRefusalLimitSummarisesOnlyRefusals(t *testing.T) {
 	l := NewRefusalLimit(mem, RefusalLimitOptions{Burst: 5, Interval: time.Second, Summary: time.Hour, Now: clock.Now})
 	ctx := context.Background()
 	rec := func(ev Event) {
-		if err := l.Record(ctx, ev); err != nil {
+		if err := l.Record(ctx, &ev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,18 +88,18 @@ func TestRefusalLimitSummarisesOnlyRefusals(t *testing.T) {
 			t.Errorf("%s records: %d, want all 100", name, n)
 		}
 	}
-	single := count(func(ev Event) bool { return IsRefusal(ev) && ev.SandboxID == "sbx-a" })
+	single := count(func(ev Event) bool { return IsRefusal(&ev) && ev.SandboxID == "sbx-a" })
 	if single != 5 {
 		t.Errorf("sbx-a refusals written one by one: %d, want the burst of 5", single)
 	}
-	if n := count(func(ev Event) bool { return IsRefusal(ev) && ev.SandboxID == "sbx-b" }); n != 3 {
+	if n := count(func(ev Event) bool { return IsRefusal(&ev) && ev.SandboxID == "sbx-b" }); n != 3 {
 		t.Errorf("sbx-b refusals: %d, want all 3 (its own budget)", n)
 	}
 	clock.Add(2 * time.Second) // two more
 	for range 3 {
 		rec(deny("sbx-a", "test.default"))
 	}
-	if n := count(func(ev Event) bool { return IsRefusal(ev) && ev.SandboxID == "sbx-a" }); n != 7 {
+	if n := count(func(ev Event) bool { return IsRefusal(&ev) && ev.SandboxID == "sbx-a" }); n != 7 {
 		t.Errorf("after 2s: %d refusals written, want 7", n)
 	}
 	if err := l.Close(); err != nil {
@@ -134,7 +134,7 @@ func TestRefusalLimitInTheSignedLog(t *testing.T) {
 	l := NewRefusalLimit(s, RefusalLimitOptions{Burst: 1, Summary: time.Hour})
 	long := strings.Repeat("é", 3000)
 	for range 10 {
-		if err := l.Record(context.Background(), Event{Kind: "request", SandboxID: "sbx", Decision: "deny", Rule: "r", Path: "/" + long, Host: long, Method: long}); err != nil {
+		if err := l.Record(context.Background(), &Event{Kind: "request", SandboxID: "sbx", Decision: "deny", Rule: "r", Path: "/" + long, Host: long, Method: long}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -139,24 +139,42 @@ func Open(opts Options) (*Sink, error) {
 }
 
 // Record appends one event and returns once its line is written (see Sink). The event is
-// sanitized first (as Event.Sanitized does); an empty Time or ID is filled in. In block mode a
-// failure to write is returned; in buffer mode the event is kept in memory until the file
-// works again, and an error is returned only once the buffer is full.
-func (s *Sink) Record(ctx context.Context, ev Event) error {
+// sanitized first (as Event.Sanitized does) in a copy: ev itself is neither changed nor
+// kept; an empty Time or ID is filled in. In block mode a failure to write is returned; in
+// buffer mode the event is kept in memory until the file works again, and an error is
+// returned only once the buffer is full.
+//
+// Events travel by pointer through the recorders in front of the sink (fan-out, refusal
+// limit) and are copied only here, in encode, whose frame is gone before the write: an
+// event is a few hundred bytes, and a copy per recorder in the request goroutine's frames
+// made its stack outgrow its first 8 KiB, which an idle keep-alive connection then kept.
+func (s *Sink) Record(ctx context.Context, ev *Event) error {
 	if ev.Kind == event.KindCheckpoint {
 		return fmt.Errorf("audit: event kind %q is reserved", event.KindCheckpoint)
 	}
-	ev = ev.scrubbed() // encoded below, before Record returns: no copy of the maps needed
+	body, err := encodeRecord(ev)
+	if err != nil {
+		return err
+	}
+	return s.append(body)
+}
+
+// encodeRecord is the line body of a sanitized copy of ev, its Time and ID filled in.
+//
+//go:noinline
+func encodeRecord(in *Event) ([]byte, error) {
+	ev := in.scrubbed() // encoded here: no copy of the maps needed
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
 	if ev.ID == "" {
 		ev.ID = NewID()
 	}
-	body, err := eventBody(ev)
-	if err != nil {
-		return err
-	}
+	return eventBody(&ev)
+}
+
+// append queues an encoded event for the next group commit and returns its outcome.
+func (s *Sink) append(body []byte) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

@@ -243,7 +243,7 @@ func TestRecoversAfterWriteFailure(t *testing.T) {
 
 func TestRecordAfterCloseAndReservedKind(t *testing.T) {
 	s := openSink(t, Options{Path: filepath.Join(t.TempDir(), "a.jsonl")})
-	if err := s.Record(context.Background(), Event{Kind: event.KindCheckpoint}); err == nil {
+	if err := s.Record(context.Background(), &Event{Kind: event.KindCheckpoint}); err == nil {
 		t.Error("got nil for a checkpoint event, want an error")
 	}
 	if err := s.Close(); err != nil {

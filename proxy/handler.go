@@ -115,6 +115,29 @@ func policyUnavailable(err error) refusal {
 		reason: "the policy could not be evaluated, so the request is refused; retry later or tell the operator", class: "policy"}
 }
 
+// clientClosed is recorded for a request whose client went away (closed its connection, or
+// only its sending half, which net/http cannot tell apart) before the policy decided: nobody
+// reads the answer, the audit event does. Not a policy failure: nothing is logged as an
+// error for it.
+func clientClosed() refusal {
+	return refusal{status: statusClientClosed, decision: event.DecisionError, rule: "client",
+		reason: "the client closed its connection before the policy decided; nothing was sent", class: "client_closed"}
+}
+
+// clientClosedUpstream is clientClosed once the request was forwarded: the upstream may have
+// received all of it and acted on it (red team: the record said "nothing was sent" of a
+// write the upstream had whole), only its answer was not read.
+func clientClosedUpstream() refusal {
+	f := clientClosed()
+	f.reason = "the client closed its connection before the upstream answered; the request was forwarded (the upstream may have received and acted on it), its answer was discarded"
+	return f
+}
+
+// canceledByClient reports whether err is r's context ending because its client went away.
+func canceledByClient(r *http.Request, err error) bool {
+	return errors.Is(err, context.Canceled) && errors.Is(r.Context().Err(), context.Canceled)
+}
+
 func denied(d rego.Decision) refusal {
 	reason := d.Reason
 	if reason == "" {
@@ -143,6 +166,9 @@ func (p *Proxy) handleConnect(host string, ctx *goproxy.ProxyCtx) (*goproxy.Conn
 	}
 	defer st.release() // a tunnel holds no slot once it is decided
 	dec, err := p.decide(st, connectInput(id, h, port))
+	if err != nil && canceledByClient(r, err) {
+		return reject(clientClosed())
+	}
 	if err != nil {
 		p.log.Error("policy evaluation failed", "phase", "connect", "sandbox", id.ID, "host", h, "err", err)
 		return reject(policyUnavailable(err))
@@ -254,6 +280,9 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		}
 	}
 	dec, err := p.decideCalls(st, requestInput(id, r, t), calls)
+	if err != nil && canceledByClient(r, err) {
+		return refuse(clientClosed())
+	}
 	if err != nil {
 		p.log.Error("policy evaluation failed", "phase", "request", "sandbox", id.ID, "host", t.host, "err", err)
 		return refuse(policyUnavailable(err))

@@ -73,7 +73,7 @@ type ExecCredentials interface {
 // as the sink promises (*audit.Sink: written to its file); an error for a decision record
 // refuses the request with 503 (audit.unavailable), so nothing passes unaudited.
 type Auditor interface {
-	Record(ctx context.Context, ev audit.Event) error
+	Record(ctx context.Context, ev *audit.Event) error
 }
 
 var _ Auditor = (*audit.Sink)(nil)

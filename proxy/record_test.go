@@ -144,14 +144,14 @@ type sizeLimited struct {
 	ev    []audit.Event
 }
 
-func (s *sizeLimited) Record(_ context.Context, ev audit.Event) error {
+func (s *sizeLimited) Record(_ context.Context, ev *audit.Event) error {
 	b, _ := json.Marshal(ev.Sanitized())
 	if len(b) > s.limit {
 		return errors.New("no space left on device")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ev = append(s.ev, ev)
+	s.ev = append(s.ev, *ev)
 	return nil
 }
 
@@ -200,10 +200,10 @@ type orderedRecorder struct {
 	ev []audit.Event
 }
 
-func (r *orderedRecorder) Record(_ context.Context, ev audit.Event) error {
+func (r *orderedRecorder) Record(_ context.Context, ev *audit.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ev = append(r.ev, ev)
+	r.ev = append(r.ev, *ev)
 	return nil
 }
 
@@ -358,7 +358,7 @@ type countingAuditor struct {
 	completions atomic.Int64
 }
 
-func (c *countingAuditor) Record(ctx context.Context, ev audit.Event) error {
+func (c *countingAuditor) Record(ctx context.Context, ev *audit.Event) error {
 	err := c.Auditor.Record(ctx, ev)
 	if err == nil && ev.Stage == audit.StageCompletion {
 		c.completions.Add(1)

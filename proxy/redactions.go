@@ -89,7 +89,7 @@ func (p *Proxy) countRedactions(ctx context.Context, st *reqState) {
 		ev := audit.Event{Time: time.Now().UTC(), ID: audit.NewID(), RequestID: st.ev.RequestID, Kind: event.KindCredentialWithheld,
 			SandboxID: st.id.ID, Labels: st.id.Labels, Host: st.ev.Host, Decision: event.DecisionDeny, Rule: "limits.redactions",
 			Reason: reason, Creds: []string{c}, Redactions: st.ev.Redactions}
-		if err := p.opts.Auditor.Record(ctx, ev); err != nil {
+		if err := p.opts.Auditor.Record(ctx, &ev); err != nil {
 			p.log.Error("audit record failed", "err", err, "sandbox", st.id.ID)
 		}
 	}

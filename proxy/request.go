@@ -124,17 +124,20 @@ func (st *reqState) recordDecision() error {
 	}
 	p := st.p
 	if p.opts.Auditor != nil {
-		ev := st.ev
-		ev.Stage = audit.StageDecision
-		ev.Time = st.start.UTC()
+		// The decision record is the request's event as it stands, staged "decision"; the
+		// completion record is the same event later (auditors copy what they keep).
+		ev := &st.ev
+		ev.Stage, ev.Time = audit.StageDecision, st.start.UTC()
 		if sc := trace.SpanContextFromContext(st.ctx); sc.IsValid() {
 			ev.TraceID, ev.SpanID = traceIDs(sc)
 		}
-		if err := p.opts.Auditor.Record(st.ctx, ev); err != nil {
-			p.log.Error("audit decision record failed; not forwarding", "err", err, "sandbox", st.ev.SandboxID)
+		err := p.opts.Auditor.Record(st.ctx, ev)
+		ev.Stage = audit.StageCompletion
+		if err != nil {
+			ev.Stage = "" // the refusal that follows is the request's only record
+			p.log.Error("audit decision record failed; not forwarding", "err", err, "sandbox", ev.SandboxID)
 			return errAuditUnavailable
 		}
-		st.ev.Stage = audit.StageCompletion
 	}
 	st.recorded = true
 	return nil
@@ -171,7 +174,7 @@ func (st *reqState) finish(ctx context.Context) error {
 	st.ev.DurationMS = float64(time.Since(st.start).Microseconds()) / 1000
 	st.end(&st.ev)
 	if p.opts.Auditor != nil {
-		if err := p.opts.Auditor.Record(ctx, st.ev); err != nil {
+		if err := p.opts.Auditor.Record(ctx, &st.ev); err != nil {
 			p.log.Error("audit record failed", "err", err, "sandbox", st.ev.SandboxID)
 			return err
 		}

@@ -18,20 +18,21 @@ import (
 
 	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/secrets"
+	"github.com/airlock-proxy/airlock/telemetry"
 )
 
 func newTransport(g *Guard, opts Options) (*http.Transport, error) {
-	roots, err := x509.SystemCertPool()
-	if err != nil || roots == nil {
-		roots = x509.NewCertPool()
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}
+	// RootCAs nil: the system roots, which crypto/x509 loads at the first verification, not
+	// here (parsing the system bundle is ~25 ms, most of a one-shot run's proxy start-up,
+	// and a run that makes no TLS request never needs it). A host without roots verifies
+	// nothing, as an empty pool would.
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if extra := opts.UpstreamCAs; extra != nil {
 		// x509.CertPool cannot be merged: the caller's pool is extra roots, through
-		// VerifyConnection.
+		// VerifyConnection (a nil pool there is the system roots too).
 		cfg.InsecureSkipVerify = true // verification is done by VerifyConnection, against both pools
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			return verifyWithPools(cs, roots, extra)
+			return verifyWithPools(cs, nil, extra)
 		}
 	}
 	return &http.Transport{
@@ -162,19 +163,23 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 		in = &countingReader{ReadCloser: req.Body}
 		req.Body = in
 	}
-	_, done := p.opts.Telemetry.Step(st.ctx, "upstream", "", req)
+	uctx, done := p.opts.Telemetry.Step(st.ctx, "upstream", "", req)
 	resp, err := p.tr.RoundTrip(req)
 	if in != nil {
 		st.ev.BytesIn = in.n.Load()
 	}
 	if err != nil {
 		f := upstreamError(err)
+		if canceledByClient(req, err) {
+			f = clientClosedUpstream()
+		}
 		if scrub != nil {
 			f.reason = scrub.ScrubString(f.reason) // the transport may quote the upstream's bytes
 		}
 		done(f.class)
 		return fail(f)
 	}
+	telemetry.UpstreamAnswered(uctx, resp.StatusCode)
 	done("")
 	st.ev.Status = resp.StatusCode
 	if scrub != nil {

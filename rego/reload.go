@@ -27,7 +27,11 @@ func (e *Engine) fetch(ctx context.Context) (*policySource, error) {
 	case e.opts.Dir != "":
 		return loadDir(nil, e.opts.Dir, e.opts.Dir)
 	default:
-		return loadDir(ShippedPolicy(), ".", "shipped policy")
+		// The shipped policy's tests are not run at load: they are compiled into this
+		// binary with it and pass in its own test suite (TestShippedPolicyRegoTests), so
+		// running them again on every start (a third of a one-shot sandbox run's policy
+		// work) could only repeat that result. `airlock policy test` still runs them.
+		return loadDir(withoutTests{ShippedPolicy()}, ".", "shipped policy")
 	}
 }
 

@@ -83,3 +83,29 @@ func TestEmbeddedPolicyMatchesDirectory(t *testing.T) {
 		}
 	}
 }
+
+// The engine evaluates the shipped policy without its test files (they pass above, and are
+// not run again at every start), and `airlock policy test` still finds them.
+func TestShippedPolicyLoadsWithoutTests(t *testing.T) {
+	e, err := New(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := e.fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.hasTests() {
+		t.Error("the engine's shipped policy source holds test files")
+	}
+	if len(src.policyModules()) == 0 {
+		t.Fatal("no policy modules loaded")
+	}
+	all, err := loadDir(ShippedPolicy(), ".", "shipped policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !all.hasTests() || len(all.policyModules()) != len(src.policyModules()) {
+		t.Errorf("full load: tests %v, %d policy modules; engine load: %d", all.hasTests(), len(all.policyModules()), len(src.policyModules()))
+	}
+}

@@ -26,6 +26,21 @@ type policySource struct {
 // isTestFile reports whether a module file holds tests rather than policy.
 func isTestFile(name string) bool { return strings.HasSuffix(name, "_test.rego") }
 
+// withoutTests is a policy file system without its *_test.rego files.
+type withoutTests struct{ fs.FS }
+
+func (w withoutTests) Open(name string) (fs.File, error) {
+	if isTestFile(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return w.FS.Open(name)
+}
+
+func (w withoutTests) ReadDir(name string) ([]fs.DirEntry, error) {
+	entries, err := fs.ReadDir(w.FS, name)
+	return slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return isTestFile(e.Name()) }), err
+}
+
 // policyModules returns the modules that make up the policy itself, without tests.
 func (s *policySource) policyModules() map[string]*ast.Module {
 	out := make(map[string]*ast.Module, len(s.modules))

@@ -38,6 +38,10 @@ type Options struct {
 	// OnFetch, if set, is called after each credential lookup: cached says whether the
 	// cache answered; err is nil on success.
 	OnFetch func(name string, cached bool, err error)
+	// Journal, if set, keeps what revokes each Vault lease and token the broker issues
+	// (never a value), so that a successor can revoke what a crashed process left
+	// (RevokeLeft). A credential whose lease cannot be recorded is refused.
+	Journal Journal
 }
 
 // Broker attaches credentials to outbound requests. It implements the proxy's
@@ -267,6 +271,9 @@ func (b *Broker) fetchAndStore(k cacheKey, c *credential, force bool) (*entry, e
 		return nil, err
 	}
 	e.key = k
+	if err := b.record(e); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	if m, ok := b.revoked[k.sandbox]; (ok && m.gen > startGen) || b.closed {
 		b.mu.Unlock()
@@ -309,6 +316,11 @@ func (b *Broker) RevokeSandbox(ctx context.Context, id string) error {
 		if err := b.revoke(ctx, e); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// What earlier airlock processes issued for it (a sandbox taken over after a crash).
+	// (An unreadable journal file is RevokeLeft's to report, not every sandbox's.)
+	if _, _, err := b.revokeLeft(ctx, func(sandbox string) bool { return sandbox != id }); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("revoke sandbox %s: %w", id, errors.Join(errs...))

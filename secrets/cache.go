@@ -18,6 +18,7 @@ type entry struct {
 	r         rendered
 	leaseID   string // a Vault lease to renew and revoke
 	token     Secret // a Vault child token to renew and revoke
+	accessor  string // token's accessor, which the journal keeps
 	renewable bool
 	life      time.Duration // lifetime granted at the last fetch or renewal (after max_ttl)
 
@@ -102,6 +103,7 @@ func (b *Broker) leaseOf(e *entry, sec *api.Secret, data map[string]any) time.Du
 	switch {
 	case sec.Auth != nil && sec.Auth.ClientToken != "":
 		e.token = NewSecret(sec.Auth.ClientToken)
+		e.accessor = sec.Auth.Accessor
 		e.renewable = sec.Auth.Renewable
 		ttl = time.Duration(sec.Auth.LeaseDuration) * time.Second
 	case sec.LeaseID != "":
@@ -134,6 +136,7 @@ func (b *Broker) revoke(ctx context.Context, e *entry) error {
 		return nil
 	}
 	if !e.leaseEnd.IsZero() && !b.o.Now().Before(e.leaseEnd) {
+		b.forget(e)
 		return nil
 	}
 	var err error
@@ -148,6 +151,7 @@ func (b *Broker) revoke(ctx context.Context, e *entry) error {
 		return err
 	}
 	b.log.Debug("credential revoked", "credential", e.key.name, "sandbox", e.key.sandbox)
+	b.forget(e)
 	return nil
 }
 

@@ -337,6 +337,11 @@ func (v *vaultClient) revokeToken(ctx context.Context, token string) error {
 	return v.do(ctx, func(ctx context.Context) error { return v.c.Auth().Token().RevokeTreeWithContext(ctx, token) })
 }
 
+// revokeAccessor revokes the token with accessor (and its children).
+func (v *vaultClient) revokeAccessor(ctx context.Context, accessor string) error {
+	return v.do(ctx, func(ctx context.Context) error { return v.c.Auth().Token().RevokeAccessorWithContext(ctx, accessor) })
+}
+
 // close stops the watcher and, for a login-issued token, revokes it.
 func (v *vaultClient) close(ctx context.Context) error {
 	close(v.stop)

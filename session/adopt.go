@@ -41,7 +41,7 @@ func (m *Manager) Adopt(ctx context.Context) (adopted, ended []string, err error
 	if len(orphans) == 0 {
 		return nil, nil, nil
 	}
-	if n, ok := m.opts.Base.Backend.(*native.Native); ok && os.Geteuid() == 0 {
+	if n, ok := m.opts.Base.Backend.(*native.Native); ok {
 		if err := n.Cleanup(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("remove what earlier sandboxes left: %w", err))
 		}
@@ -76,7 +76,7 @@ func (m *Manager) readopt(ctx context.Context, rec record) error {
 	}
 	spec := *rec.Spec
 	spec.ID = rec.ID
-	o, backend, _, idle, execTimeout, err := m.options(spec)
+	o, backend, _, idle, execTimeout, err := m.options(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func (m *Manager) readopt(ctx context.Context, rec record) error {
 	if expires.IsZero() {
 		expires = m.opts.Now().Add(m.opts.TTL)
 	}
-	m.add(sb, spec, backend, rec.Created, expires, idle, execTimeout)
+	m.add(sb, spec, backend, rec.Created, expires, idle, execTimeout).restoreExecs()
 	return nil
 }
 
@@ -120,12 +120,19 @@ func (m *Manager) endOrphan(rec record, reason string) error {
 	if err := os.WriteFile(filepath.Join(m.reg.dir, rec.ID+".report.json"), append(b, '\n'), 0o600); err != nil {
 		errs = append(errs, fmt.Errorf("write the report of %s: %w", rec.ID, err))
 	}
+	// The results of its finished execs stay answerable, as for any ended session.
+	execs := map[string]*ExecResult{}
+	results := m.reg.loadExecs(rec.ID)
+	for i := range results {
+		execs[results[i].ExecID] = &results[i]
+	}
+	m.reg.removeExecs(rec.ID)
 	if err := os.Remove(m.reg.path(rec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	m.mu.Lock()
 	m.ended[rec.ID] = &tombstone{info: Info{ID: rec.ID, State: StateEnded, Owner: rec.Owner, Backend: rec.Backend,
-		Created: rec.Created, Ended: now, EndReason: reason}, report: rep, execs: map[string]*ExecResult{}}
+		Created: rec.Created, Ended: now, EndReason: reason, Execs: len(results)}, report: rep, execs: execs}
 	m.endedList = append(m.endedList, rec.ID)
 	m.mu.Unlock()
 	m.log.Warn("a sandbox session of an earlier airlock run was destroyed", "sandbox", rec.ID, "previous_owner", rec.Owner, "reason", reason)

@@ -132,3 +132,94 @@ func TestAdoptDocker(t *testing.T) {
 		t.Errorf("record left after delete: %v", err)
 	}
 }
+
+// TestAdoptKeepsExecResults: the results of execs that finished before a crash (status,
+// signal, duration, timed-out flag, output byte counts; never output) are answered by
+// exec id by the airlock that takes the session over, and by the one that ends it.
+func TestAdoptKeepsExecResults(t *testing.T) {
+	dir := t.TempDir()
+	for _, id := range []string{"sbx-kept", "sbx-lost"} {
+		spec := session.Spec{ID: id, Backend: "docker", Image: "img:1"}
+		b, _ := json.Marshal(map[string]any{"id": id, "owner": "gone:1", "pid": 999999999, "start": 5, "backend": "docker",
+			"created": "2026-01-01T00:00:00Z", "spec": spec})
+		if err := os.WriteFile(filepath.Join(dir, id+".json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func(alive ...string) *session.Manager {
+		a := &adopter{alive: map[string]bool{}}
+		for _, id := range alive {
+			a.alive[id] = true
+		}
+		m, err := session.New(session.Options{StateDir: dir, Owner: "me",
+			Backend: func(context.Context, string, string) (sandbox.Backend, error) { return a, nil }}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := m.Adopt(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	first := start("sbx-kept", "sbx-lost")
+	run := func(m *session.Manager, id string) session.ExecResult {
+		res, err := m.Exec(context.Background(), id, session.ExecRequest{Argv: []string{"true"}}, session.ExecIO{
+			Output: func(string, []byte) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	kept, lost := run(first, "sbx-kept"), run(first, "sbx-lost")
+	// first dies: its records name a process that is gone (one Manager per process is
+	// what a restart gives; here both live in the test's process).
+	for _, id := range []string{"sbx-kept", "sbx-lost"} {
+		p := filepath.Join(dir, id+".json")
+		b, _ := os.ReadFile(p)
+		var rec map[string]any
+		json.Unmarshal(b, &rec)
+		rec["pid"], rec["start"] = 999999999, 5
+		b, _ = json.Marshal(rec)
+		os.WriteFile(p, b, 0o600)
+		if b, err := os.ReadFile(filepath.Join(dir, id+".execs.jsonl")); err != nil || strings.Contains(string(b), "still here") {
+			t.Fatalf("%s's kept results: %q %v: want a file without output", id, b, err)
+		}
+	}
+	// A line torn by the crash is skipped.
+	f, _ := os.OpenFile(filepath.Join(dir, "sbx-kept.execs.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"exec_id":"torn","sta`)
+	f.Close()
+
+	second := start("sbx-kept")
+	t.Cleanup(func() { _ = second.Close(context.Background()) })
+	for _, want := range []session.ExecResult{kept, lost} {
+		id := "sbx-kept"
+		if want.ExecID == lost.ExecID {
+			id = "sbx-lost"
+		}
+		got, err := second.ExecResult(id, want.ExecID)
+		if err != nil || got.State != "done" || got.StdoutBytes != want.StdoutBytes || want.StdoutBytes == 0 ||
+			got.DurationMS != want.DurationMS || got.ExitCode != want.ExitCode || got.Decision != want.Decision {
+			t.Errorf("%s: exec %s after the restart: %+v %v, want %+v", id, want.ExecID, got, err, want)
+		}
+	}
+	if _, err := second.ExecResult("sbx-kept", "torn"); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("the torn line: %v, want not found", err)
+	}
+	if info, _ := second.Info("sbx-kept"); info.Execs != 1 {
+		t.Errorf("execs of the adopted session: %d, want 1", info.Execs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sbx-lost.execs.jsonl")); !os.IsNotExist(err) {
+		t.Errorf("the ended session's results file: %v, want it removed", err)
+	}
+	run(second, "sbx-kept")
+	if _, err := second.Delete(context.Background(), "sbx-kept"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sbx-kept.execs.jsonl")); !os.IsNotExist(err) {
+		t.Errorf("results file left after delete: %v", err)
+	}
+	if _, err := second.ExecResult("sbx-kept", kept.ExecID); err != nil {
+		t.Errorf("a deleted session's earlier exec: %v, want its result", err)
+	}
+}

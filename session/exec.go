@@ -37,7 +37,7 @@ type Approver interface {
 
 // Auditor records audit events; *audit.Sink implements it.
 type Auditor interface {
-	Record(ctx context.Context, ev audit.Event) error
+	Record(ctx context.Context, ev *audit.Event) error
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec (or the first message of its
@@ -165,6 +165,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, eio Exec
 	s.mu.Lock()
 	*res = final
 	s.mu.Unlock()
+	s.persist(final)
 	m.audit(ctx, s, final, req)
 	return final, nil
 }
@@ -184,10 +185,7 @@ func (s *Session) run(ctx context.Context, req ExecRequest, timeout time.Duratio
 	defer func() { r.DurationMS = float64(time.Since(start)) / float64(time.Millisecond) }()
 	cwd := req.Cwd
 	if cwd == "" {
-		cwd = "/workspace"
-		if s.spec.Workspace == "" {
-			cwd = "/home/sandbox"
-		}
+		cwd = s.sb.DefaultDir()
 	}
 	dec := rego.Decision{Action: rego.ActionAllow, Rule: "exec.no_policy"}
 	if m.opts.Decider != nil {
@@ -328,7 +326,7 @@ func (m *Manager) audit(ctx context.Context, s *Session, r ExecResult, req ExecR
 	case r.Error != "":
 		ev.ErrorClass = "exec"
 	}
-	if err := m.opts.Auditor.Record(ctx, ev); err != nil {
+	if err := m.opts.Auditor.Record(ctx, &ev); err != nil {
 		m.log.Error("audit record failed", "sandbox", s.id, "exec", r.ExecID, "err", err)
 	}
 }

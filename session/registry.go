@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/internal/procstat"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 )
 
 // registry keeps one record per live session in a directory shared by the airlocks of a
@@ -42,9 +43,24 @@ type record struct {
 	Expires time.Time `json:"expires,omitzero"`
 }
 
-func openRegistry(dir, owner string) (*registry, error) {
+// openRegistry opens the records directory dir; derived says it was not configured but
+// follows the environment (a rootless airlock's XDG_RUNTIME_DIR or home).
+func openRegistry(dir, owner string, derived bool) (*registry, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sessions.state_dir %s: %w", dir, err)
+	}
+	if native.Rootless() {
+		// Its records hold the sessions' env: no other user may read or swap it. The
+		// path to a directory the config names is the operator's (a pod's volume is
+		// writable by all, with no other user in the pod); one taken from the
+		// environment must be on a path no other user can redirect.
+		check := native.CheckOwnDir
+		if derived {
+			check = native.CheckPrivateDir
+		}
+		if err := check(dir); err != nil {
+			return nil, fmt.Errorf("sessions.state_dir: %w", err)
+		}
 	}
 	pid := os.Getpid()
 	named := owner != ""
@@ -103,6 +119,7 @@ func (r *registry) claim(rec record) error {
 
 func (r *registry) release(id string) {
 	if rec, ok := r.read(id); ok && r.mine(rec) {
+		r.removeExecs(id)
 		os.Remove(r.path(id))
 	}
 }
@@ -130,4 +147,17 @@ func (r *registry) orphans() []record {
 		}
 	}
 	return out
+}
+
+// Recorded reports whether dir (sessions.state_dir; "" is the default) holds a record
+// of session id: one that an airlock serves, or that is left for the airlock of its name.
+func Recorded(dir, id string) bool {
+	if dir == "" {
+		dir = DefaultStateDirForUser()
+	}
+	if identity.CheckID(id) != nil {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, id+".json"))
+	return err == nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/image"
 )
 
 // State is where a session is in its life.
@@ -73,17 +74,24 @@ func (e *NotOwnerError) Error() string {
 // Spec is what POST /v1/sandboxes asks for. Sizes take k/M/G suffixes; durations are Go
 // durations ("30m").
 type Spec struct {
-	ID          string            `json:"id,omitempty"`
-	Workspace   string            `json:"workspace,omitempty"` // DIR, DIR:ro or DIR:cow
-	Memory      string            `json:"memory,omitempty"`
-	Pids        int64             `json:"pids,omitempty"`
-	CPUs        float64           `json:"cpus,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Env         map[string]string `json:"env,omitempty"`
-	Backend     string            `json:"backend,omitempty"` // native (default), docker or kubernetes
-	Image       string            `json:"image,omitempty"`
-	TTL         string            `json:"ttl,omitempty"`
-	IdleTimeout string            `json:"idle_timeout,omitempty"`
+	ID        string            `json:"id,omitempty"`
+	Workspace string            `json:"workspace,omitempty"` // DIR, DIR:ro or DIR:cow
+	Memory    string            `json:"memory,omitempty"`
+	Pids      int64             `json:"pids,omitempty"`
+	CPUs      float64           `json:"cpus,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Backend   string            `json:"backend,omitempty"` // native (default), docker or kubernetes
+	// Image is the sandbox's image: for docker and kubernetes the container's; for native
+	// an image of the proxy host's Docker engine, or an absolute path (a docker save or OCI
+	// tarball, an OCI layout directory) under sessions.rootfs_roots, unpacked once into the
+	// image cache and shown read-only as the sandbox's root.
+	Image string `json:"image,omitempty"`
+	// Rootfs is a native sandbox's root file system: a directory of the proxy's host under
+	// sessions.rootfs_roots, shown read-only. At most one of Image and Rootfs.
+	Rootfs      string `json:"rootfs,omitempty"`
+	TTL         string `json:"ttl,omitempty"`
+	IdleTimeout string `json:"idle_timeout,omitempty"`
 	// Timeout is the default limit of each command (0: none beyond the sandbox's life).
 	Timeout string `json:"timeout,omitempty"`
 }
@@ -121,7 +129,9 @@ type Options struct {
 	Tracer  trace.Tracer
 	// Owner names this airlock to other replicas (its admin URL, or host:pid).
 	Owner    string
-	StateDir string // default DefaultStateDir
+	StateDir string // default DefaultStateDirForUser()
+
+	defaultStateDir bool // StateDir was defaulted (from the environment, for a rootless airlock)
 	// Defaults and bounds of the sessions: a create may ask for a ttl up to MaxTTL
 	// (default DefaultMaxTTL) and an idle timeout up to MaxIdleTimeout (default MaxTTL).
 	// Its memory, pids and cpus are bounded by Base's (Base.Memory 0: the backend's
@@ -137,6 +147,12 @@ type Options struct {
 	// none: a create that names a workspace is refused. An issuer token is not the host's
 	// root: without this bound it could mount /etc read-write.
 	WorkspaceRoots []string
+	// RootfsRoots are the host directories a native session's rootfs, or an image given by
+	// path, may be (or be under); none: such a create is refused. Images of the local
+	// Docker engine need none.
+	RootfsRoots []string
+	// Images unpacks the images of native sessions; nil: a native session takes no image.
+	Images *image.Cache
 	// SweepInterval is how often ttl and idle timeouts are checked; default 1s.
 	SweepInterval time.Duration
 	// Started and Ended are told of each session's sandbox (for the report's request
@@ -189,7 +205,7 @@ func New(o Options, creds *Credentials) (*Manager, error) {
 	if creds == nil {
 		creds = NewCredentials()
 	}
-	reg, err := openRegistry(o.StateDir, o.Owner)
+	reg, err := openRegistry(o.StateDir, o.Owner, o.defaultStateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +235,8 @@ type Session struct {
 	nexec      int
 	execs      map[string]*ExecResult
 	execOrder  []string
+	saved      int        // results in the registry's file (execlog.go)
+	persistMu  sync.Mutex // orders writes of that file
 	cancels    map[string]context.CancelFunc
 	endOnce    sync.Once
 	endDone    chan struct{}
@@ -229,7 +247,7 @@ type Session struct {
 
 // Create starts a sandbox for spec.
 func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
-	o, backendName, ttl, idle, execTimeout, err := m.options(spec)
+	o, backendName, ttl, idle, execTimeout, err := m.options(ctx, spec)
 	if err != nil {
 		return Info{}, err
 	}

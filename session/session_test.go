@@ -36,10 +36,10 @@ type recorder struct {
 	evs []audit.Event
 }
 
-func (r *recorder) Record(_ context.Context, ev audit.Event) error {
+func (r *recorder) Record(_ context.Context, ev *audit.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.evs = append(r.evs, ev)
+	r.evs = append(r.evs, *ev)
 	return nil
 }
 

@@ -1,9 +1,9 @@
 package session
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/airlock-proxy/airlock/internal/identity"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/image"
+	"github.com/airlock-proxy/airlock/sandbox/native"
 )
 
 // fill sets the defaults of the bounds and checks that each default is within its bound.
@@ -47,13 +49,14 @@ func (o *Options) fill() error {
 		o.SweepInterval = time.Second
 	}
 	if o.StateDir == "" {
-		o.StateDir = DefaultStateDir
+		o.StateDir = DefaultStateDirForUser()
+		o.defaultStateDir = true
 	}
 	return nil
 }
 
 // options turns a spec into sandbox options on top of Base, validating every field.
-func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, idle, execTimeout time.Duration, err error) {
+func (m *Manager) options(ctx context.Context, spec Spec) (o sandbox.Options, backend string, ttl, idle, execTimeout time.Duration, err error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, a...))
 	}
@@ -81,7 +84,12 @@ func (m *Manager) options(spec Spec) (o sandbox.Options, backend string, ttl, id
 		}
 		o.Workspace, o.WorkspaceMode = real, mode
 	}
-	if err := m.limits(spec, &o); err != nil {
+	if backend == "native" {
+		if err := m.nativeRoot(ctx, spec, &o); err != nil {
+			return o, "", 0, 0, 0, err
+		}
+	}
+	if err := m.limits(spec, backend, &o); err != nil {
 		return o, "", 0, 0, 0, err
 	}
 	if len(spec.Labels) > 0 {
@@ -145,8 +153,10 @@ func checkBackend(spec Spec) (string, error) {
 	switch {
 	case backend != "native" && backend != "docker" && backend != "kubernetes":
 		return bad("backend %q: want native, docker or kubernetes", backend)
-	case spec.Image != "" && backend == "native":
-		return bad("image is for the docker and kubernetes backends; the native backend runs the host's root read-only")
+	case spec.Rootfs != "" && backend != "native":
+		return bad("rootfs is the native backend's; a %s sandbox's root is its image", backend)
+	case spec.Rootfs != "" && spec.Image != "":
+		return bad("a native sandbox's root is one of rootfs (a directory) and image (an image), not both")
 	case spec.Workspace != "" && backend == "kubernetes":
 		return bad("workspace: host directories do not exist on the cluster's nodes; a kubernetes sandbox has none")
 	case spec.Workspace != "" && mode == sandbox.WorkspaceCoW && backend != "native":
@@ -166,7 +176,7 @@ func overLimit(format string, v any, key string, max any) error {
 
 // limits sets the sandbox's memory, pids and cpus from the spec, each at most the
 // server's (Base: sandbox.memory, sandbox.pids, sandbox.cpus), which is also the default.
-func (m *Manager) limits(spec Spec, o *sandbox.Options) error {
+func (m *Manager) limits(spec Spec, backend string, o *sandbox.Options) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, a...))
 	}
@@ -175,6 +185,11 @@ func (m *Manager) limits(spec Spec, o *sandbox.Options) error {
 		maxPids = sandbox.DefaultPids
 	}
 	o.Memory, o.Pids = maxMem, maxPids
+	if backend == "native" && native.Rootless() && m.opts.Base.Memory <= 0 {
+		// A rootless sandbox has no cgroup to enforce a memory limit: none unless one is
+		// asked for (and the backend refuses that unless sandbox.allow_unenforced_limits).
+		o.Memory = 0
+	}
 	if spec.Memory != "" {
 		n, err := sandbox.ParseSize(spec.Memory)
 		if err != nil || n <= 0 {
@@ -199,6 +214,11 @@ func (m *Manager) limits(spec Spec, o *sandbox.Options) error {
 	}
 	if spec.CPUs > 0 {
 		o.CPUs = spec.CPUs
+	}
+	if backend == "native" && native.Rootless() && (o.Memory > 0 || o.CPUs > 0) {
+		if n, ok := m.opts.Base.Backend.(*native.Native); !ok || !n.AllowUnenforcedLimits {
+			return bad("memory and cpus %v", native.ErrUnenforcedLimits)
+		}
 	}
 	return nil
 }
@@ -250,18 +270,85 @@ func validEnvName(k string) bool {
 	return true
 }
 
+// nativeRoot sets a native sandbox's root from spec.Rootfs (a directory under
+// sessions.rootfs_roots) or spec.Image (an image of the local Docker engine, or a path under
+// sessions.rootfs_roots, unpacked into the image cache), with the image's configuration.
+func (m *Manager) nativeRoot(ctx context.Context, spec Spec, o *sandbox.Options) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case spec.Rootfs != "":
+		if !filepath.IsAbs(spec.Rootfs) {
+			return bad("rootfs %q: want an absolute directory of the airlock host", spec.Rootfs)
+		}
+		if fi, err := os.Stat(spec.Rootfs); err != nil || !fi.IsDir() {
+			return bad("rootfs %s: not an existing directory on the airlock host (an image tarball is image)", spec.Rootfs)
+		}
+		real, err := withinRoots(spec.Rootfs, m.opts.RootfsRoots, "sessions.rootfs_roots", "root file systems or image files")
+		if err != nil {
+			return bad("rootfs %s: %v", spec.Rootfs, err)
+		}
+		o.Rootfs, o.Image = real, nil
+	case spec.Image != "":
+		if m.opts.Images == nil {
+			return bad("image %s: this airlock unpacks no images for native sandboxes", spec.Image)
+		}
+		var root string
+		var err error
+		if strings.HasPrefix(spec.Image, "/") || strings.HasPrefix(spec.Image, ".") {
+			// A path: only under the roots, so that an issuer cannot have airlock read
+			// any file of the host as an image.
+			if !filepath.IsAbs(spec.Image) {
+				return bad("image %q: a path must be absolute", spec.Image)
+			}
+			real, err := withinRoots(spec.Image, m.opts.RootfsRoots, "sessions.rootfs_roots", "root file systems or image files")
+			if err != nil {
+				return bad("image %s: %v", spec.Image, err)
+			}
+			root, err = m.opts.Images.Resolve(ctx, real)
+			if err != nil {
+				return bad("%v", err)
+			}
+		} else if root, err = m.opts.Images.ResolveEngine(ctx, spec.Image); err != nil {
+			return bad("%v", err)
+		}
+		ic, err := image.LoadConfig(root)
+		if err == nil && ic != nil {
+			err = ic.Check(root)
+		}
+		if err != nil {
+			return bad("image %s: %v", spec.Image, err)
+		}
+		// The cache is airlock's own: its path's links (in $AIRLOCK_HOME) are resolved here,
+		// since the backend mounts a root only through a path with none.
+		if real, err := filepath.EvalSymlinks(root); err == nil {
+			root = real
+		}
+		o.Rootfs, o.Image = root, ic
+	}
+	return nil
+}
+
 // workspaceWithinRoots resolves dir (links followed) and checks that it is one of the
 // configured workspace roots or lies beneath one; it returns the resolved path, which is the
 // one mounted, so a link swapped in later changes nothing.
 func (m *Manager) workspaceWithinRoots(dir string) (string, error) {
-	if len(m.opts.WorkspaceRoots) == 0 {
-		return "", errors.New("this airlock serves no workspaces: set sessions.workspace_roots to the host directories sessions may use")
+	return withinRoots(dir, m.opts.WorkspaceRoots, "sessions.workspace_roots", "workspaces")
+}
+
+// withinRoots resolves p (links followed) and checks that it is one of roots or lies
+// beneath one; it returns the resolved path. key names the setting of roots, what what it
+// allows.
+func withinRoots(p string, roots []string, key, what string) (string, error) {
+	if len(roots) == 0 {
+		return "", fmt.Errorf("this airlock serves no %s: set %s to the host directories sessions may use", what, key)
 	}
-	real, err := filepath.EvalSymlinks(dir)
+	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		return "", err
 	}
-	for _, root := range m.opts.WorkspaceRoots {
+	for _, root := range roots {
 		r, err := filepath.EvalSymlinks(root)
 		if err != nil {
 			continue
@@ -271,5 +358,17 @@ func (m *Manager) workspaceWithinRoots(dir string) (string, error) {
 			return real, nil
 		}
 	}
-	return "", fmt.Errorf("not under sessions.workspace_roots (%s)", strings.Join(m.opts.WorkspaceRoots, ", "))
+	return "", fmt.Errorf("not under %s (%s)", key, strings.Join(roots, ", "))
+}
+
+// DefaultStateDirForUser is DefaultStateDir for root; for another user the sessions directory
+// beside its rootless sandboxes' state ($XDG_RUNTIME_DIR/airlock/sessions, else
+// ~/.local/state/airlock/run/sessions), never a directory shared with other users.
+func DefaultStateDirForUser() string {
+	if native.Rootless() {
+		if d := native.RootlessStateDir(); d != "" {
+			return filepath.Join(d, "sessions")
+		}
+	}
+	return DefaultStateDir
 }

@@ -206,6 +206,14 @@ func StartUpstreamSpan(ctx context.Context, tracer trace.Tracer, out *http.Reque
 	return ctx, span
 }
 
+// UpstreamAnswered records the upstream's status code on the client span StartUpstreamSpan
+// put in ctx.
+func UpstreamAnswered(ctx context.Context, status int) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+	}
+}
+
 // StartSandboxSpan starts the span of a sandbox run; labels become airlock.sandbox.label.K.
 func StartSandboxSpan(ctx context.Context, tracer trace.Tracer, id string, labels map[string]string) (context.Context, trace.Span) {
 	attrs := []attribute.KeyValue{attribute.String(AttrSandboxID, id)}

@@ -136,7 +136,8 @@ func TestChildSpansAndUpstreamInjection(t *testing.T) {
 	EndSpan(c, "")
 	out, _ := http.NewRequest("POST", "https://api.example.com/x", nil)
 	out.Header.Set("traceparent", "00-11111111111111111111111111111111-2222222222222222-01")
-	_, u := StartUpstreamSpan(ctx, tracer, out)
+	uctx, u := StartUpstreamSpan(ctx, tracer, out)
+	UpstreamAnswered(uctx, 404)
 	EndSpan(u, "")
 	root.End()
 
@@ -160,6 +161,15 @@ func TestChildSpansAndUpstreamInjection(t *testing.T) {
 	}
 	if got := attrMap(byName["airlock.credential.fetch"].Attributes())[AttrCredential]; got != "github-write" {
 		t.Errorf("credential attribute: got %q", got)
+	}
+	var client sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.SpanKind() == trace.SpanKindClient {
+			client = s
+		}
+	}
+	if client == nil || attrMap(client.Attributes())["http.response.status_code"] != "404" {
+		t.Errorf("upstream client span %v: want one with http.response.status_code 404", client)
 	}
 	tp := out.Header.Get("traceparent")
 	want := "00-" + root.SpanContext().TraceID().String() + "-"

@@ -125,8 +125,18 @@ func Text(s string) string {
 		s = credentialPair.ReplaceAllStringFunc(s, func(m string) string {
 			name, value, _ := strings.Cut(m, "=")
 			trimmed := strings.TrimRight(value, ").:")
-			if trimmed == "" || trimmed == Redacted {
+			if trimmed == "" {
 				return m
+			}
+			if rest, ok := strings.CutPrefix(trimmed, Redacted); ok {
+				// Redacted already, here or by the URL step, which ends a URL at '<' or
+				// '>': those are kept (dropping one would let the next pass read a longer
+				// URL, and Text would not be idempotent), anything else after it redacted.
+				kept := redactRest(rest)
+				if kept == rest {
+					return m
+				}
+				return name + "=" + Redacted + kept + value[len(trimmed):]
 			}
 			return name + "=" + Redacted + value[len(trimmed):]
 		})
@@ -141,6 +151,26 @@ func Text(s string) string {
 		})
 	}
 	return s
+}
+
+// redactRest is what follows a [redacted] value: its '<' and '>' kept, everything else
+// between them one [redacted], never two side by side (nor one right after the value's
+// own), as the URL step would merge them.
+func redactRest(rest string) string {
+	var b strings.Builder
+	last := true // the value's own [redacted] comes before
+	for i := 0; i < len(rest); i++ {
+		if c := rest[i]; c == '<' || c == '>' {
+			b.WriteByte(c)
+			last = false
+			continue
+		}
+		if !last {
+			b.WriteString(Redacted)
+			last = true
+		}
+	}
+	return b.String()
 }
 
 // Error returns err with its text redacted (Text); errors.Is and errors.As still see the
