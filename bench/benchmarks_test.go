@@ -146,7 +146,7 @@ func BenchmarkAuditRecord(b *testing.B) {
 				b.ReportAllocs()
 				if par == 1 {
 					for b.Loop() {
-						if err := s.Record(context.Background(), ev); err != nil {
+						if err := s.Record(context.Background(), &ev); err != nil {
 							b.Fatal(err)
 						}
 					}
@@ -155,7 +155,7 @@ func BenchmarkAuditRecord(b *testing.B) {
 				b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
-						if err := s.Record(context.Background(), ev); err != nil {
+						if err := s.Record(context.Background(), &ev); err != nil {
 							b.Error(err)
 							return
 						}

@@ -195,8 +195,11 @@ func startSquid(ctx context.Context, addr string, e peerEnv) (*Process, error) {
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	// -N: no daemon, one process; -d1: startup errors on stderr.
-	return startProcess(ctx, PeerSquid, e.dir, addr, []string{e.tools.Squid, "-N", "-d1", "-f", confPath}, baseEnv(e.dir))
+	// -N: no daemon, one process; -d1: startup errors on stderr; -n: squid names its
+	// shared-memory segments (/dev/shm/NAME-cf__*.shm) after this service name, "squid" by
+	// default, which a squid the Debian package started would already hold.
+	service := "airlockbench" + strconv.Itoa(portOf(addr))
+	return startProcess(ctx, PeerSquid, e.dir, addr, []string{e.tools.Squid, "-N", "-d1", "-n", service, "-f", confPath}, baseEnv(e.dir))
 }
 
 func portOf(addr string) int {

@@ -15,7 +15,9 @@ SUDO=""
 say "Debian packages"
 pkgs=(gcc libc6-dev ca-certificates curl wget git iproute2 python3 python3-requests python3-pip nodejs postgresql chromium busybox-static diffutils strace procps util-linux squid e2fsprogs tmux vim openssh-server openssh-client openssl bubblewrap
 	# the Kubernetes suite's cluster (e2e/kubernetes/cluster.sh)
-	etcd-server containerd runc containernetworking-plugins iptables ipset conntrack socat kmod)
+	etcd-server containerd runc containernetworking-plugins iptables ipset conntrack socat kmod
+	# the compose stack (e2e/compose): docker-compose, and Prometheus for its image
+	docker-compose prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,6 +25,10 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+	# Debian starts the Prometheus it installs (on :9090); the compose stack runs its own.
+	if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+		$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+	fi
 fi
 
 say "Go modules"
@@ -37,13 +43,13 @@ eval "$(bash e2e/postgres.sh start "$pgdir")"
 export AIRLOCK_TEST_POSTGRES
 
 say "go vet and staticcheck (every module and build tag), gofmt"
-for tags in "" e2e browser e2e,scale k8s; do
+for tags in "" e2e browser e2e,scale k8s compose; do
 	go vet -tags "$tags" ./...
 done
 (cd e2e/vault && go vet -mod=mod ./...)
 # staticcheck, pinned, fetched through the Go module proxy like any module.
 staticcheck=(go run honnef.co/go/tools/cmd/staticcheck@v0.8.2)
-"${staticcheck[@]}" -tags e2e,browser,scale,k8s ./...
+"${staticcheck[@]}" -tags e2e,browser,scale,k8s,compose ./...
 (cd e2e/vault && GOFLAGS=-mod=mod "${staticcheck[@]}" ./...)
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then
@@ -68,6 +74,12 @@ say "Kubernetes: deploy/kubernetes on a real single-node cluster built here (e2e
 # /var/cache/airlock-k8s (cold ~20 min on 2 cores, then a relink), brings the cluster up
 # for the suite and takes it down after it.
 go test -count=1 -tags k8s -timeout 50m ./e2e/kubernetes/
+
+say "the compose stack: docker-compose.yml with every image built here (e2e/compose)"
+# Builds airlock's images and the companions (Vault from e2e/vault's module, our collector,
+# Jaeger v2, Debian's Prometheus), cached by version in /var/cache/airlock-compose; brings
+# the stack up under a project of its own, and removes it after.
+go test -count=1 -tags compose -timeout 40m ./e2e/compose/
 
 say "approval page in headless Chromium"
 go test -count=1 -tags browser -run TestBrowser ./approval/
@@ -123,5 +135,30 @@ for t in "${fuzz_targets[@]}"; do
 done
 # The bypass suite's body differential target goes through the real proxy and an upstream.
 go test -tags e2e -run '^$' -fuzz '^FuzzBodyDifferential$' -fuzztime 20000x ./e2e/bypass/
+
+say "escape and client suites on an image root (AIRLOCK_E2E_ROOTFS: the host's /usr hard-linked into a root of its own)"
+img_root=$(mktemp -d /var/tmp/airlock-e2e-rootfs.XXXXXX)
+mkdir -p "$img_root/usr" "$img_root/etc"
+cp -al /usr/bin /usr/sbin /usr/lib /usr/lib64 /usr/libexec /usr/share "$img_root/usr/" 2>/dev/null || true
+for l in bin sbin lib lib64; do ln -s "usr/$l" "$img_root/$l"; done
+cp -a /etc/alternatives /etc/ld.so.cache /etc/nsswitch.conf /etc/protocols /etc/services "$img_root/etc/"
+AIRLOCK_E2E_ROOTFS=$img_root go test -count=1 -tags e2e \
+	-run 'TestEscapes|TestSyscallBoundary|TestInstalledFilterKillsForeignABIs|TestSetIDFilesNeverReachTheHost|TestHostToolsFilesAreReadOnly' ./e2e/sandbox/
+# The real clients on it (TestParentProxy starts no sandbox; TestCurlInAnImage makes a
+# docker save image of curl from this root and runs it with --image, through the cache).
+AIRLOCK_E2E_ROOTFS=$img_root go test -count=1 -tags e2e -skip TestParentProxy ./e2e/clients/
+# The same rootless (airlock-test must read the root: mktemp made it 0700).
+chmod 755 "$img_root"
+AIRLOCK_E2E_ROOTLESS=1 AIRLOCK_E2E_ROOTFS=$img_root go test -count=1 -tags e2e \
+	-run 'TestEscapes|TestSyscallBoundary|TestSetIDFilesNeverReachTheHost|TestHostToolsFilesAreReadOnly' ./e2e/sandbox/
+AIRLOCK_E2E_ROOTLESS=1 AIRLOCK_E2E_ROOTFS=$img_root go test -count=1 -tags e2e -skip 'TestParentProxy|TestMCPClientInSandbox' ./e2e/clients/
+rm -rf "$img_root"
+
+say "rootless: the escape suite and the real clients again, as the unprivileged user airlock-test (made if missing)"
+# One package at a time (both make a sandbox named sbx-clients in that user's state directory);
+# the MCP client's build needs the module cache, which that user cannot read.
+AIRLOCK_E2E_ROOTLESS=1 go test -p 1 -count=1 -tags e2e -skip TestMCPClientInSandbox ./e2e/sandbox/ ./e2e/clients/
+# A root of its own, rootless (its overlay is mounted in a user namespace); sessions served by a rootless proxy.
+AIRLOCK_E2E_ROOTLESS=1 go test -count=1 -tags e2e -run 'TestRootlessImageRootMounts|TestRootlessSession' ./e2e/image/
 
 say "all suites passed"

@@ -42,7 +42,7 @@ func TestAuditVerifyCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 8 {
-		if err := s.Record(context.Background(), audit.Event{Kind: "request", SandboxID: "sbx", Decision: "allow", Path: "/" + strconv.Itoa(i)}); err != nil {
+		if err := s.Record(context.Background(), &audit.Event{Kind: "request", SandboxID: "sbx", Decision: "allow", Path: "/" + strconv.Itoa(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,7 +118,7 @@ func TestAuditVerifyFirstRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Record(context.Background(), audit.Event{Kind: "request", SandboxID: "sbx", Decision: "allow"})
+	s.Record(context.Background(), &audit.Event{Kind: "request", SandboxID: "sbx", Decision: "allow"})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -179,12 +180,18 @@ func embeddedSessions(cmd *cobra.Command, sf *specFlags, pf *proxyFlags) (_ *ses
 		stops = append(stops, func() { os.RemoveAll(dir) })
 		cfg.Sessions.StateDir = dir
 	}
-	// Embedded, the operator who runs airlock mcp names the workspace, as with sandbox
-	// run: that directory is a root.
+	// Embedded, the operator who runs airlock mcp names the workspace and root, as with
+	// sandbox run: those directories are roots.
 	if spec, err := sf.spec(); err == nil && spec.Workspace != "" {
 		if dir, _, err := sandbox.ParseWorkspace(spec.Workspace); err == nil {
 			cfg.Sessions.WorkspaceRoots = append(cfg.Sessions.WorkspaceRoots, dir)
 		}
+	}
+	if spec, err := sf.spec(); err == nil && spec.Rootfs != "" {
+		cfg.Sessions.RootfsRoots = append(cfg.Sessions.RootfsRoots, spec.Rootfs)
+	}
+	if spec, err := sf.spec(); err == nil && filepath.IsAbs(spec.Image) {
+		cfg.Sessions.RootfsRoots = append(cfg.Sessions.RootfsRoots, spec.Image)
 	}
 	m, err := s.startSessions(ctx, cmd)
 	if err != nil {

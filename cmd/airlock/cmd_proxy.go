@@ -93,6 +93,7 @@ func runProxy(cmd *cobra.Command, cfg *Config, log *slog.Logger) error {
 		// Before the stack closes: sandboxes end, and their leases are revoked, first.
 		defer m.Close(context.Background())
 	}
+	s.revokeLeftLeases(ctx)
 	if len(cfg.Approvals.Approvers) == 0 && cfg.Approvals.Service == "" {
 		log.Warn("approvals: no approvers configured, so nobody can approve what the policy holds", "key", "approvals.approvers")
 	}

@@ -41,10 +41,10 @@ func (a *adminFlags) client() (*session.Client, error) {
 
 // specFlags are sandbox create's sandbox-shaping flags (those of sandbox run).
 type specFlags struct {
-	id, workspace, memory, backend, image, ttl, idle, timeout string
-	pids                                                      int64
-	cpus                                                      float64
-	labels, env                                               []string
+	id, workspace, memory, backend, image, rootfs, ttl, idle, timeout string
+	pids                                                              int64
+	cpus                                                              float64
+	labels, env                                                       []string
 }
 
 func (f *specFlags) bind(cmd *cobra.Command) {
@@ -57,7 +57,8 @@ func (f *specFlags) bind(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.labels, "label", nil, "sandbox label K=V, seen by the policy as input.sandbox.labels (repeatable)")
 	fl.StringArrayVar(&f.env, "env", nil, "environment variable K=V for every command (repeatable)")
 	fl.StringVar(&f.backend, "backend", "", "native (default), docker (with --image: a local image of the proxy host's Docker daemon) or kubernetes (with --image: a pod of the proxy's cluster)")
-	fl.StringVar(&f.image, "image", "", "container image (docker: local, nothing is pulled; kubernetes: pulled by the cluster)")
+	fl.StringVar(&f.image, "image", "", "container image (native and docker: an image of the proxy host's Docker engine, nothing is pulled; native also a tarball or OCI layout path under sessions.rootfs_roots; kubernetes: pulled by the cluster)")
+	fl.StringVar(&f.rootfs, "rootfs", "", "native backend: a directory of the proxy's host (under sessions.rootfs_roots) shown read-only as the sandbox's root")
 	fl.StringVar(&f.ttl, "ttl", "", "the sandbox ends this long after creation (default: the proxy's sessions.ttl, 1h)")
 	fl.StringVar(&f.idle, "idle-timeout", "", "the sandbox ends after this long without a command (default: sessions.idle_timeout, 15m)")
 	fl.StringVar(&f.timeout, "timeout", "", "default wall-clock limit of each command (default: none)")
@@ -65,7 +66,7 @@ func (f *specFlags) bind(cmd *cobra.Command) {
 
 func (f *specFlags) spec() (session.Spec, error) {
 	s := session.Spec{ID: f.id, Workspace: f.workspace, Memory: f.memory, Pids: f.pids, CPUs: f.cpus,
-		Backend: f.backend, Image: f.image, TTL: f.ttl, IdleTimeout: f.idle, Timeout: f.timeout}
+		Backend: f.backend, Image: f.image, Rootfs: f.rootfs, TTL: f.ttl, IdleTimeout: f.idle, Timeout: f.timeout}
 	for _, kv := range f.labels {
 		k, v, err := sandbox.ParseKV(kv)
 		if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/spf13/cobra"
@@ -11,6 +12,7 @@ import (
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/image"
 	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/session"
 )
@@ -20,12 +22,16 @@ import (
 // left by an earlier run of this airlock are ended (see session.Manager.Adopt).
 func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session.Manager, error) {
 	cfg := s.cfg
+	mask, err := cfg.maskPaths()
+	if err != nil {
+		return nil, err
+	}
 	base := sandbox.Options{
 		Pids: int64(cfg.Sandbox.Pids), CPUs: cfg.Sandbox.CPUs, AllowAIO: cfg.Sandbox.AllowAIO,
-		ProtectedPaths: cfg.Sandbox.ProtectedPaths, HiddenPaths: cfg.hiddenPaths(configFile(cmd)),
+		ProtectedPaths: cfg.Sandbox.ProtectedPaths, HiddenPaths: cfg.hiddenPaths(configFile(cmd)), MaskPaths: mask,
 		Nofile: int64(cfg.Sandbox.Nofile), Ptys: int64(cfg.Sandbox.Ptys), Inodes: int64(cfg.Sandbox.Inodes),
 		CABundle: caBundle(s.ca.CertPEM()), Proxy: s.proxy, Logger: s.log, PolicyRevision: s.engine.Revision(),
-		OnEvent: s.lifecycleEvent, Backend: &native.Native{},
+		OnEvent: s.lifecycleEvent, Backend: &native.Native{AllowUnenforcedLimits: cfg.Sandbox.AllowUnenforcedLimits, CgroupParent: cfg.Sandbox.CgroupParent},
 	}
 	if cfg.Sandbox.Memory != "" {
 		n, err := sandbox.ParseSize(cfg.Sandbox.Memory)
@@ -51,6 +57,7 @@ func (s *stack) startSessions(ctx context.Context, cmd *cobra.Command) (*session
 		TTL: sc.TTL, IdleTimeout: sc.IdleTimeout, MaxTTL: sc.MaxTTL, MaxIdleTimeout: sc.MaxIdleTimeout,
 		MaxExecTimeout: cfg.Sandbox.Timeout, MaxSessions: sc.MaxSessions,
 		MaxFileBytes: sc.maxFileBytes(), WorkspaceRoots: sc.WorkspaceRoots, Logger: s.log,
+		RootfsRoots: sc.RootfsRoots, Images: &image.Cache{Dir: filepath.Join(cfg.Home, "images")},
 		Started: func(sb *sandbox.Sandbox) { s.fan.observe(sb.ID(), sb.Observe) },
 		Ended:   func(id string) { s.fan.forget(id) },
 	}, s.execs)
@@ -82,6 +89,25 @@ func (s *stack) adoptSessions(ctx context.Context, m *session.Manager, backends 
 	}
 }
 
+// revokeLeftLeases revokes in Vault the leases and tokens that airlock processes which
+// crashed (a proxy, a one-shot sandbox run) left in the lease journal, except those of
+// sandbox sessions still recorded in sessions.state_dir (taken over by this run, or left
+// for the airlock of their name): those are revoked when the session ends. Called after
+// the sessions were taken over.
+func (s *stack) revokeLeftLeases(ctx context.Context) {
+	if s.broker == nil {
+		return
+	}
+	dir := s.cfg.Sessions.StateDir
+	n, err := s.broker.RevokeLeft(ctx, func(id string) bool { return session.Recorded(dir, id) })
+	if err != nil {
+		s.log.Error("revoking the credentials earlier airlock runs left; what failed is tried again at the next start", "err", err)
+	}
+	if n > 0 {
+		s.log.Warn("revoked the Vault leases and tokens of sandboxes that earlier airlock runs left", "credentials", n)
+	}
+}
+
 // sessionRoutes mounts the sessions API behind issuer authentication.
 func (s *stack) sessionRoutes(m *session.Manager) func(chi.Router) {
 	return func(r chi.Router) {
@@ -102,7 +128,7 @@ func (s *stack) lifecycleEvent(ctx context.Context, ev sandbox.Event) {
 	if ev.Error != "" {
 		rec.ErrorClass = "sandbox"
 	}
-	if err := s.audit.Record(ctx, rec); err != nil {
+	if err := s.audit.Record(ctx, &rec); err != nil {
 		s.log.Error("audit record failed", "err", err)
 	}
 }

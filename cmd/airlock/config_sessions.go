@@ -21,6 +21,9 @@ type SessionsConfig struct {
 	// WorkspaceRoots are the host directories a session's workspace may be or lie under
 	// (none: sessions get no workspace).
 	WorkspaceRoots []string `yaml:"workspace_roots"`
+	// RootfsRoots are the host directories a native session's rootfs, or an image named by
+	// path, may be or lie under (none: only images of the local Docker engine).
+	RootfsRoots []string `yaml:"rootfs_roots"`
 }
 
 func (c SessionsConfig) validate() error {

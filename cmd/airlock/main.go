@@ -22,9 +22,11 @@ var version = "dev"
 
 func main() {
 	reexec()
+	stopProfile := startProfile()
 	ctx, stop := signalContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
+	stopProfile()
 	var ec exitCode
 	var se signalError
 	switch {

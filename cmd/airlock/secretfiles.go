@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"sort"
 	"syscall"
+
+	"github.com/airlock-proxy/airlock/sandbox/native"
+	"github.com/airlock-proxy/airlock/session"
 )
 
 // A secretFile is a file the config names that holds a secret, and the key naming it.
@@ -78,7 +81,10 @@ func checkSecretFiles(files []secretFile) error {
 }
 
 // hiddenPaths are the host paths a sandbox must not read: the config file, every secret
-// file it names, and $AIRLOCK_HOME (the CA's key, the approval store, the audit log).
+// file it names, $AIRLOCK_HOME (the CA's key, the approval store, the audit log, the lease
+// journal), sessions.state_dir (every session's record, with the env values it was
+// created with, and its execs' argv: the airlock user's, which a rootless sandbox is) and
+// a rootless airlock's state directory.
 func (c *Config) hiddenPaths(configFile string) []string {
 	var out []string
 	abs := func(p string) {
@@ -94,5 +100,14 @@ func (c *Config) hiddenPaths(configFile string) []string {
 		abs(f.path)
 	}
 	abs(c.Home)
+	abs(c.Sessions.StateDir)
+	// And, when sessions.state_dir is unset, the defaults of an ordinary user's airlock:
+	// $XDG_RUNTIME_DIR/airlock, else ~/.local/state/airlock/run, holding its sessions'
+	// records and its sandboxes' state, which a sandbox whose workspace is the user's home
+	// would otherwise read and write (its processes are that user).
+	if c.Sessions.StateDir == "" {
+		abs(session.DefaultStateDirForUser())
+	}
+	abs(native.RootlessStateDir())
 	return out
 }

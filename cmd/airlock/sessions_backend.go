@@ -63,6 +63,9 @@ func (sb *sessionBackends) kubernetes(image string) (*kubernetes.Backend, error)
 	if image == "" {
 		return nil, errors.New("a kubernetes sandbox needs an image (the pod's image, pulled by the cluster)")
 	}
+	if sb.kube.InitImage == "" {
+		return nil, errNoInitImage
+	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if b := sb.kbs[image]; b != nil {
@@ -81,6 +84,7 @@ func (sb *sessionBackends) kubernetes(image string) (*kubernetes.Backend, error)
 	}
 	b, err := kubernetes.New(kubernetes.Options{
 		Client: sb.kclient, RESTConfig: sb.krest, Execer: sb.execer, Namespace: sb.kube.Namespace, Image: image,
+		InitImage: sb.kube.InitImage, ConfinementProbe: sb.kube.ConfinementProbe,
 		ProxyService: cmp.Or(sb.kube.ProxyService, "airlock"), ProxyNamespace: cmp.Or(sb.kube.ProxyNamespace, "airlock"),
 		ProxyPort: sb.kube.ProxyPort, Tokens: sb.tokens, RuntimeClassName: sb.kube.RuntimeClass, Logger: sb.log,
 	})

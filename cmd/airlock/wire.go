@@ -205,9 +205,14 @@ func (s *stack) openCredentials(ctx context.Context, log *slog.Logger) (proxy.Cr
 	if len(s.cfg.Credentials) == 0 {
 		return nil, nil
 	}
-	var err error
+	// What revokes each lease and token (never a value) outlives a crash here.
+	journal, err := secrets.OpenJournal(filepath.Join(s.cfg.Home, "leases"))
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	journal.Logger = log.With("component", "secrets")
 	s.broker, err = secrets.New(ctx, secrets.Options{
-		Vault: s.cfg.Vault, Credentials: s.cfg.Credentials, Logger: log,
+		Vault: s.cfg.Vault, Credentials: s.cfg.Credentials, Logger: log, Journal: journal,
 		OnFetch: func(name string, cached bool, err error) {
 			result := "miss"
 			switch {
@@ -374,7 +379,7 @@ func (f *auditFanout) forget(sandboxID string) {
 	delete(f.observers, sandboxID)
 }
 
-func (f *auditFanout) Record(ctx context.Context, ev audit.Event) error {
+func (f *auditFanout) Record(ctx context.Context, ev *audit.Event) error {
 	f.mu.RLock()
 	fn := f.observers[ev.SandboxID]
 	f.mu.RUnlock()

@@ -126,7 +126,7 @@ func TestProxyStackSummarisesRefusalFloods(t *testing.T) {
 		switch {
 		case ev.Kind == event.KindRefusalsSuppressed:
 			suppressed += ev.Suppressed
-		case audit.IsRefusal(ev):
+		case audit.IsRefusal(&ev):
 			single++
 		case ev.Stage == audit.StageDecision && ev.Rule == "t.allow":
 			decisions++

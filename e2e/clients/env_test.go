@@ -36,7 +36,12 @@ import (
 
 func TestMain(m *testing.M) {
 	native.Init()
-	os.Exit(m.Run())
+	if code, ran := e2etest.RunRootless(); ran { // AIRLOCK_E2E_ROOTLESS=1: as airlock-test
+		os.Exit(code)
+	}
+	code := m.Run()
+	e2etest.RemoveAirlockBinary() // TestCurlInAnImage's
+	os.Exit(code)
 }
 
 // policy: the four test hosts may be reached; on each, reads are allowed (and git's
@@ -124,7 +129,6 @@ func (e *env) url(host, path string) string { return "https://" + host + ":" + e
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
 	dir := t.TempDir()
 	e := &env{audit: &e2etest.Recorder{}, workspace: filepath.Join(dir, "workspace")}
 	if err := os.MkdirAll(e.workspace, 0o777); err != nil {
@@ -192,13 +196,23 @@ func newEnv(t *testing.T) *env {
 	}
 	bundle := append(append(sys, '\n'), e.ca.CertPEM()...)
 	e.bundle = bundle
-	e.sb, err = sandbox.New(ctx, sandbox.Options{Backend: &native.Native{}, ID: "sbx-clients", Labels: map[string]string{"suite": "clients"},
+	e.sb = newSandbox(t, sandbox.Options{ID: "sbx-clients", Labels: map[string]string{"suite": "clients"},
 		Proxy: e.proxy, CABundle: bundle, Workspace: e.workspace, Timeout: 2 * time.Minute})
+	return e
+}
+
+// newSandbox makes a native sandbox, closed when the test ends, on the root
+// AIRLOCK_E2E_ROOTFS names if it is set (an image's root instead of the host's).
+func newSandbox(t *testing.T, o sandbox.Options) *sandbox.Sandbox {
+	t.Helper()
+	o.Backend = &native.Native{}
+	o.Rootfs = e2etest.Rootfs()
+	sb, err := sandbox.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.sb.Close(context.Background()) })
-	return e
+	t.Cleanup(func() { sb.Close(context.Background()) })
+	return sb
 }
 
 // run runs a shell script in the sandbox and returns its combined output and exit code.
@@ -246,5 +260,41 @@ func (e *env) runCases(t *testing.T, cases []clientCase) {
 				t.Errorf("upstream received %q, want it refused before", tt.never)
 			}
 		})
+	}
+}
+
+// TestSuiteRoot: with AIRLOCK_E2E_ROOTFS set, the suite's sandboxes run on that root, not
+// the host's: a file of the host's /etc that the root lacks is not there inside, and the
+// top layer's files airlock writes are.
+func TestSuiteRoot(t *testing.T) {
+	root := e2etest.Rootfs()
+	if root == "" {
+		t.Skip("AIRLOCK_E2E_ROOTFS is not set: the sandboxes run on the host's root")
+	}
+	// Names airlock's top layer puts in /etc (rootfs_linux.go).
+	placed := map[string]bool{"passwd": true, "group": true, "hosts": true, "hostname": true, "resolv.conf": true, "ssl": true, "pki": true}
+	hostEtc, err := os.ReadDir("/etc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	absent := ""
+	for _, e := range hostEtc {
+		if _, err := os.Lstat(filepath.Join(root, "etc", e.Name())); os.IsNotExist(err) && !placed[e.Name()] {
+			absent = "/etc/" + e.Name()
+			break
+		}
+	}
+	if absent == "" {
+		t.Skipf("%s/etc has every entry of the host's /etc: nothing tells the two roots apart", root)
+	}
+	sb := newSandbox(t, sandbox.Options{ID: "sbx-clients-root", Timeout: time.Minute})
+	res, err := sb.Run(context.Background(), sandbox.Command{Args: []string{"sh", "-c",
+		"test -e " + absent + " && echo HOST-ETC; test -s /etc/resolv.conf && grep -q sandbox /etc/passwd && echo TOP-LAYER"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout) + string(res.Stderr)
+	if strings.Contains(out, "HOST-ETC") || !strings.Contains(out, "TOP-LAYER") {
+		t.Errorf("the sandbox sees the host's %s, or not airlock's top layer: not on %s\n%s", absent, root, out)
 	}
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/sandbox"
-	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
@@ -113,12 +112,8 @@ func TestMCPClientInSandbox(t *testing.T) {
 	if err != nil {
 		t.Skip("no system CA bundle")
 	}
-	sb, err := sandbox.New(ctx, sandbox.Options{Backend: &native.Native{}, ID: fmt.Sprintf("sbx-mcp-%d", os.Getpid()), Proxy: p, CABundle: append(append(sys, '\n'), airCA.CertPEM()...),
+	sb := newSandbox(t, sandbox.Options{ID: fmt.Sprintf("sbx-mcp-%d", os.Getpid()), Proxy: p, CABundle: append(append(sys, '\n'), airCA.CertPEM()...),
 		Workspace: workspace, Timeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Close(context.Background()) })
 
 	// The approver: approves update_issue once it sees the tool and its arguments, denies
 	// anything else.

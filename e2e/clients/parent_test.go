@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,7 +78,11 @@ shutdown_lifetime 1 seconds
 	}
 	cf := filepath.Join(dir, "squid.conf")
 	os.WriteFile(cf, []byte(conf), 0o644)
-	cmd := exec.Command(bin, "-N", "-f", cf)
+	// -n: squid names its shared-memory segments (/dev/shm/NAME-cf__*.shm) after its service
+	// name, "squid" by default, which a squid the Debian package started also holds: a
+	// name of our own keeps the two apart (and two runs of this test).
+	service := "airlocktest" + strconv.Itoa(os.Getpid()) + strconv.Itoa(int(time.Now().UnixNano()%1e6))
+	cmd := exec.Command(bin, "-N", "-n", service, "-f", cf)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -85,6 +90,10 @@ shutdown_lifetime 1 seconds
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
+		shm, _ := filepath.Glob("/dev/shm/" + service + "-*")
+		for _, f := range shm {
+			os.Remove(f)
+		}
 	})
 	for i := 0; ; i++ {
 		c, err := net.DialTimeout("tcp", addr, time.Second)

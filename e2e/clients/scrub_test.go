@@ -17,7 +17,6 @@ import (
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/sandbox"
-	"github.com/airlock-proxy/airlock/sandbox/native"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
@@ -34,7 +33,6 @@ type scrubEnv struct {
 
 func newScrubEnv(t *testing.T) *scrubEnv {
 	t.Helper()
-	ctx := context.Background()
 	se := &scrubEnv{rf: &e2etest.Reflector{}, audit: &e2etest.Recorder{}}
 	upCA, err := ca.New()
 	if err != nil {
@@ -70,12 +68,8 @@ func newScrubEnv(t *testing.T) *scrubEnv {
 	if err != nil {
 		t.Skip("no system CA bundle")
 	}
-	se.sb, err = sandbox.New(ctx, sandbox.Options{Backend: &native.Native{}, ID: "sbx-scrub", Proxy: p, CABundle: append(append(sys, '\n'), airlockCA.CertPEM()...),
+	se.sb = newSandbox(t, sandbox.Options{ID: "sbx-scrub", Proxy: p, CABundle: append(append(sys, '\n'), airlockCA.CertPEM()...),
 		Timeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { se.sb.Close(context.Background()) })
 	return se
 }
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/sandbox"
-	"github.com/airlock-proxy/airlock/sandbox/native"
 )
 
 // TestGitInAProtectedWorkspace: a repository cloned on the host is the read-write
@@ -31,12 +30,8 @@ func TestGitInAProtectedWorkspace(t *testing.T) {
 	}
 	head := e.git.commitOnHost(t, "news for the fetch")
 	ctx := context.Background()
-	sb, err := sandbox.New(ctx, sandbox.Options{Backend: &native.Native{}, ID: "sbx-clients-ws", Proxy: e.proxy, CABundle: e.bundle,
+	sb := newSandbox(t, sandbox.Options{ID: "sbx-clients-ws", Proxy: e.proxy, CABundle: e.bundle,
 		Workspace: ws, Timeout: 2 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Close(context.Background()) })
 	res, err := sb.Run(ctx, sandbox.Command{Args: []string{"sh", "-c", `set -e
 export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@sandbox GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@sandbox
 git fetch -q origin

@@ -6,7 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,7 +37,7 @@ func startSessionServer(t *testing.T) *sessionServer {
 	if err := os.WriteFile(s.token, []byte("e2e-docker-issuer-token-0123456789abcdef\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.admin = freeAddr(t)
+	s.admin = e2etest.FreeAddr(t)
 	s.cfg = filepath.Join(s.dir, "airlock.yaml")
 	cfg := fmt.Sprintf(`home: %s
 listen: [%q]
@@ -47,7 +47,7 @@ proxy:
   issuers: [{name: e2e, token_file: %s}]
 sessions:
   state_dir: %s
-`, filepath.Join(s.dir, "home"), freeAddr(t), s.admin, s.token, filepath.Join(s.dir, "sessions"))
+`, filepath.Join(s.dir, "home"), e2etest.FreeAddr(t), s.admin, s.token, filepath.Join(s.dir, "sessions"))
 	if err := os.WriteFile(s.cfg, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -138,16 +138,6 @@ func (s *sessionServer) get(t *testing.T, path string) (int, string) {
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(resp.Body)
 	return resp.StatusCode, b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // removeSandbox removes the containers of sandbox id, whatever happened to the test.
@@ -291,9 +281,11 @@ func TestDockerSessionThroughProxy(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "is not on the airlock host's Docker daemon") {
 		t.Errorf("missing image: exit %d %q", code, errOut)
 	}
-	_, errOut, code = s.airlock(t, "create", "--image", testImage)
-	if code == 0 || !strings.Contains(errOut, "image is for the docker and kubernetes backends") {
-		t.Errorf("image on native: exit %d %q", code, errOut)
+	// A native session's root may be an engine image (e2e/image), but a host directory only
+	// under sessions.rootfs_roots, which this server has none of.
+	_, errOut, code = s.airlock(t, "create", "--rootfs", "/etc")
+	if code == 0 || !strings.Contains(errOut, "set sessions.rootfs_roots") {
+		t.Errorf("rootfs without roots: exit %d %q", code, errOut)
 	}
 	if _, errOut, code = s.airlock(t, "create", "--backend", "docker"); code == 0 || !strings.Contains(errOut, "needs an image") {
 		t.Errorf("docker without image: exit %d %q", code, errOut)

@@ -5,7 +5,6 @@ package tty_test
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -36,7 +35,7 @@ func startSessionProxy(t *testing.T) *sessionProxy {
 	if err := os.WriteFile(token, []byte("e2e-tty-issuer-token-0123456789abcdef\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	admin := freeAddr(t)
+	admin := e2etest.FreeAddr(t)
 	cfg := fmt.Sprintf(`home: %s
 listen: [%q]
 admin_listen: %q
@@ -45,7 +44,7 @@ proxy:
   issuers: [{name: e2e, token_file: %s}]
 sessions:
   state_dir: %s
-`, filepath.Join(dir, "home"), freeAddr(t), admin, token, filepath.Join(dir, "sessions"))
+`, filepath.Join(dir, "home"), e2etest.FreeAddr(t), admin, token, filepath.Join(dir, "sessions"))
 	cfgPath := filepath.Join(dir, "airlock.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -89,16 +88,6 @@ sessions:
 		}
 	}
 	return &sessionProxy{flags: "--admin http://" + admin + " --token-file " + token, dir: dir}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // airlock runs the CLI against the proxy (not on the terminal) and returns its stdout.

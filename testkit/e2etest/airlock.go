@@ -2,6 +2,7 @@ package e2etest
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +22,19 @@ var (
 // shared across.
 func AirlockBinary(t testing.TB) string {
 	t.Helper()
+	bin, err := airlockBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func airlockBinary() (string, error) {
 	airlockOnce.Do(func() {
+		if bin := os.Getenv(airlockBinEnv); bin != "" { // built by RunRootless's parent
+			airlockBin = bin
+			return
+		}
 		dir, err := os.MkdirTemp("", "airlock-e2e-bin-")
 		if err != nil {
 			airlockErr = err
@@ -36,16 +49,25 @@ func AirlockBinary(t testing.TB) string {
 			airlockErr = fmt.Errorf("build airlock: %v\n%s", err, out)
 		}
 	})
-	if airlockErr != nil {
-		t.Fatal(airlockErr)
-	}
-	return airlockBin
+	return airlockBin, airlockErr
 }
 
 // RemoveAirlockBinary removes what AirlockBinary built, if it did: for TestMain, after the
 // tests.
 func RemoveAirlockBinary() {
-	if airlockBin != "" {
+	if airlockBin != "" && os.Getenv(airlockBinEnv) == "" {
 		os.RemoveAll(filepath.Dir(airlockBin))
 	}
+}
+
+// FreeAddr is a loopback address (127.0.0.1:PORT) free at the time of the call, for an
+// airlock listener a test starts as a separate process.
+func FreeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

@@ -110,10 +110,10 @@ type Recorder struct {
 	ev []audit.Event
 }
 
-func (r *Recorder) Record(_ context.Context, ev audit.Event) error {
+func (r *Recorder) Record(_ context.Context, ev *audit.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ev = append(r.ev, ev)
+	r.ev = append(r.ev, *ev)
 	return nil
 }
 
