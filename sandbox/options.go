@@ -62,8 +62,11 @@ type Options struct {
 	// Memory is the memory limit in bytes. 0 means the backend's default: DefaultMemory
 	// for the native and docker backends (memory bounds every kernel object charged to the
 	// sandbox: see memory.go), the cluster's for kubernetes.
-	Memory  int64
-	Pids    int64   // process/thread limit; 0 means DefaultPids
+	Memory int64
+	// Pids bounds the processes and threads of the sandbox; 0 means DefaultPids. Each
+	// running command's init counts: one with the native backend's C stages (the shipped
+	// build), about six threads of a Go runtime in a binary built without cgo.
+	Pids    int64
 	CPUs    float64 // CPU limit in cores; 0 means none
 	TmpSize int64   // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize
 

@@ -123,6 +123,21 @@ func TestEnvironmentIsBuiltNotInherited(t *testing.T) {
 	}
 }
 
+// TestCommandEnvironmentIsExactlyItsOwn: the setting the Go stages start their init with
+// (GOMAXPROCS, shim_linux.go) never reaches the command, and a GOMAXPROCS of the command's
+// own arrives as given, with either holder.
+func TestCommandEnvironmentIsExactlyItsOwn(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{})
+	if res := run(t, s, "env"); strings.Contains(string(res.Stdout), "GOMAXPROCS") {
+		t.Errorf("the command's environment has a GOMAXPROCS it was not given:\n%s", res.Stdout)
+	}
+	own := newSandbox(t, sandbox.Options{Env: []string{"GOMAXPROCS=7"}})
+	res := run(t, own, "env | grep -c GOMAXPROCS; echo $GOMAXPROCS")
+	if got := string(res.Stdout); got != "1\n7\n" {
+		t.Errorf("the command's own GOMAXPROCS=7 arrived as %q, want one entry, 7", got)
+	}
+}
+
 func TestWorkspaceModes(t *testing.T) {
 	tests := []struct {
 		mode      sandbox.WorkspaceMode

@@ -74,7 +74,7 @@ func runExec() error {
 		return fmt.Errorf("set init not dumpable: %w", err)
 	}
 	syscall.CloseOnExec(execStatusFD)
-	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}}
+	attr := &syscall.ProcAttr{Env: commandEnv(os.Environ()), Files: []uintptr{0, 1, 2}}
 	if cfg.TTY {
 		// The command leads a session of its own with the terminal as its controlling
 		// terminal: its foreground process group gets what the keys for interrupt,
@@ -124,7 +124,7 @@ func runSpawn() error {
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{stageExec, os.Args[1]},
-		Env:        os.Environ(),
+		Env:        execStageEnv(os.Environ()),
 		Stdin:      os.Stdin,
 		Stdout:     os.Stdout,
 		Stderr:     os.Stderr,
@@ -148,6 +148,25 @@ func runSpawn() error {
 		return fmt.Errorf("spawn stage: report the command's pid: %w", err)
 	}
 	return nil
+}
+
+// The exec stage stays as the run's init, in the run's pids cgroup: every thread of its Go
+// runtime counts against the sandbox's pids limit (with the default GOMAXPROCS of a 2-core
+// machine, 7 to 11 of them, seen by TestOpenFilesBound). Started with one P, it keeps a
+// few. The setting is the first entry of the exec stage's environment, put there by the
+// spawn stage and taken off again before the command starts, so the command's
+// environment, including a GOMAXPROCS of its own, is exactly what it was given.
+const execStageGOMAXPROCS = "GOMAXPROCS=1"
+
+func execStageEnv(env []string) []string {
+	return append([]string{execStageGOMAXPROCS}, env...)
+}
+
+func commandEnv(env []string) []string {
+	if len(env) > 0 && env[0] == execStageGOMAXPROCS {
+		return env[1:]
+	}
+	return env
 }
 
 // spawnPidFD is where the spawn stage writes the exec stage's pid.
