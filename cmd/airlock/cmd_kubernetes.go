@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/airlock-proxy/airlock/admin"
@@ -32,7 +31,7 @@ var (
 // kubeRun is what `sandbox run --backend kubernetes` needs from outside: the cluster
 // connection and, in tests, the exec transport and the command's streams.
 type kubeRun struct {
-	connect func(kubeconfig string) (k8s.Interface, *rest.Config, error)
+	connect func(kubeconfig string) (kubernetes.Client, *rest.Config, error)
 	execer  kubernetes.Execer // nil: pods/exec over the REST config
 	stdin   io.Reader
 	stdout  io.Writer

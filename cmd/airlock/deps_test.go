@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -110,5 +111,29 @@ func TestImportLayersCatch(t *testing.T) {
 	}
 	if v := violations(map[string][]string{"proxy": {"rego", "internal/event"}, "e2e/clients": {"testkit/e2etest"}}); len(v) != 0 {
 		t.Errorf("allowed imports refused: %v", v)
+	}
+}
+
+// TestNoClientset: the binary does not link client-go's generated clientset. Its scheme
+// registers every API group when the package loads, 5–20 ms at the start of every airlock
+// process; the kubernetes backend has its own small client (sandbox/kubernetes.Client) and
+// only tests may use the clientset (sandbox/kubernetes/kubetest).
+func TestNoClientset(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs the go command")
+	}
+	b, err := exec.Command(gobin, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(b))
+	if !slices.Contains(deps, module+"sandbox/kubernetes") {
+		t.Fatalf("go list -deps did not list the kubernetes backend; not the binary's dependencies: %d packages", len(deps))
+	}
+	for _, d := range deps {
+		if d == "k8s.io/client-go/kubernetes" || strings.HasPrefix(d, "k8s.io/client-go/kubernetes/") {
+			t.Errorf("the airlock binary links %s", d)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-proxy/airlock/internal/hostfile"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes/kubetest"
 )
 
 // localExecer stands in for pods/exec: it runs the command the backend would exec in the
@@ -121,7 +122,7 @@ func TestKubernetesRun(t *testing.T) {
 	o := sandbox.Options{ID: "sbx-k8s-run", Labels: map[string]string{"task": "triage"}}
 	err = runKubernetes(context.Background(), cfg, o,
 		[]string{"sh", "-c", `curl -sS -o /dev/null -w '%{http_code}' "$0/ok"; exit 3`, up}, dest, nil,
-		kubeRun{connect: func(string) (k8s.Interface, *rest.Config, error) { return cluster, nil, nil },
+		kubeRun{connect: func(string) (kubernetes.Client, *rest.Config, error) { return kubetest.Wrap(cluster), nil, nil },
 			execer: ex, stdout: &stdout, stderr: &stderr})
 	var ec exitCode
 	if !errors.As(err, &ec) || int(ec) != 3 {
@@ -167,10 +168,10 @@ func TestKubernetesRunErrors(t *testing.T) {
 	closed.Close()
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	cluster := fakeKubeCluster()
-	fakeConnect := func(string) (k8s.Interface, *rest.Config, error) { return cluster, nil, nil }
+	fakeConnect := func(string) (kubernetes.Client, *rest.Config, error) { return kubetest.Wrap(cluster), nil, nil }
 	tests := []struct {
 		name, yaml string
-		connect    func(string) (k8s.Interface, *rest.Config, error)
+		connect    func(string) (kubernetes.Client, *rest.Config, error)
 		want       string
 	}{
 		{"no image", "sandbox:\n  kubernetes: {init_image: airlock:t, proxy_admin: http://a:9090, token_file: " + tokenFile + "}\n", fakeConnect, "needs --image"},

@@ -11,7 +11,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/client"
-	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/airlock-proxy/airlock/sandbox"
@@ -32,13 +31,13 @@ type sessionBackends struct {
 	tokens  kubernetes.TokenIssuer // this proxy
 	// connect reaches the cluster (kubernetes.Connect when nil); execer runs commands in
 	// pods (nil: pods/exec over the REST config).
-	connect func(kubeconfig string) (k8s.Interface, *rest.Config, error)
+	connect func(kubeconfig string) (kubernetes.Client, *rest.Config, error)
 	execer  kubernetes.Execer
 
 	mu       sync.Mutex
 	cli      *client.Client
 	backends map[string]*docker.Backend // by image
-	kclient  k8s.Interface
+	kclient  kubernetes.Client
 	krest    *rest.Config
 	kbs      map[string]*kubernetes.Backend // by image
 }

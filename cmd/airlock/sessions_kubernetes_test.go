@@ -8,11 +8,11 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes/kubetest"
 	"github.com/airlock-proxy/airlock/session"
 )
 
@@ -45,7 +45,7 @@ func TestKubernetesSession(t *testing.T) {
 	c := fakeKubeCluster()
 	tok := &memTokens{live: map[string]bool{}}
 	sb := &sessionBackends{tokens: tok, kube: KubernetesConfig{Namespace: "sbx", InitImage: "registry.example/airlock:1"},
-		connect: func(string) (k8s.Interface, *rest.Config, error) { return c, &rest.Config{}, nil },
+		connect: func(string) (kubernetes.Client, *rest.Config, error) { return kubetest.Wrap(c), &rest.Config{}, nil },
 		execer:  &localExecer{t: t, client: c, dir: t.TempDir()}}
 	m, err := session.New(session.Options{StateDir: t.TempDir(), Backend: sb.backend}, nil)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestKubernetesSession(t *testing.T) {
 	if _, err := noInit.backend(ctx, "kubernetes", "x:1"); err == nil || !strings.Contains(err.Error(), "sandbox.kubernetes.init_image") {
 		t.Errorf("no init image: %v", err)
 	}
-	none := &sessionBackends{tokens: tok, kube: KubernetesConfig{InitImage: "a:1"}, connect: func(string) (k8s.Interface, *rest.Config, error) {
+	none := &sessionBackends{tokens: tok, kube: KubernetesConfig{InitImage: "a:1"}, connect: func(string) (kubernetes.Client, *rest.Config, error) {
 		return nil, nil, errors.New("no configuration")
 	}}
 	if _, err := none.backend(ctx, "kubernetes", "x:1"); err == nil || !strings.Contains(err.Error(), "this airlock reaches no Kubernetes cluster") {

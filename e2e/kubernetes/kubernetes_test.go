@@ -23,7 +23,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/airlock-proxy/airlock/admin"
 	"github.com/airlock-proxy/airlock/sandbox"
@@ -245,8 +244,8 @@ func TestSandboxPod(t *testing.T) {
 	checkRBAC(t, rec.reqs)
 }
 
-func sbLogs(ctx context.Context, cs k8s.Interface, id string) (io.ReadCloser, error) {
-	return cs.CoreV1().Pods(sandboxNS).GetLogs("airlock-"+id, &corev1.PodLogOptions{Container: "sandbox"}).Stream(ctx)
+func sbLogs(ctx context.Context, c kubernetes.Client, id string) (io.ReadCloser, error) {
+	return c.PodLogs(ctx, sandboxNS, "airlock-"+id, &corev1.PodLogOptions{Container: "sandbox"})
 }
 
 // assertNothingLeft: no Secret, NetworkPolicy or Pod of the sandbox, and no running

@@ -16,10 +16,11 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
 )
 
 // recorder notes the API requests a client makes (method and path), to compare them with
@@ -49,15 +50,16 @@ func (r *recording) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // saClient is the airlock service account's client (its token from the TokenRequest API),
-// recording its requests.
-func saClient(t *testing.T) (k8s.Interface, *rest.Config, *recorder) {
+// recording its requests: the backend's own REST client, so that the run shows its
+// requests and encodings against a real API server.
+func saClient(t *testing.T) (kubernetes.Client, *rest.Config, *recorder) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", env.saKubeconfig)
 	must(t, err)
 	rec := &recorder{}
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return &recording{rec: rec, rt: rt} }
-	cs, err := k8s.NewForConfig(cfg)
+	c, err := kubernetes.NewClient(cfg)
 	must(t, err)
-	return cs, cfg, rec
+	return c, cfg, rec
 }
 
 // checkRBAC: the Role in rbac.yaml is sufficient (the run above used only the service

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes/kubetest"
 )
 
 // TestAdoptRemoves: a restarted airlock does not take a sandbox pod over (its credential
@@ -14,14 +15,14 @@ import (
 func TestAdoptRemoves(t *testing.T) {
 	c := fakeCluster(t)
 	ctx := context.Background()
-	before := newTestBackend(t, Options{Client: c, Tokens: &tokens{}, Execer: &execRecorder{}})
+	before := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: &tokens{}, Execer: &execRecorder{}})
 	if _, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-crashed", Backend: before}); err != nil {
 		t.Fatal(err)
 	}
 	if got := objectsLeft(t, c); len(got) != 3 {
 		t.Fatalf("objects before the restart: %v", got)
 	}
-	after := newTestBackend(t, Options{Client: c, Tokens: &tokens{}, Execer: &execRecorder{}})
+	after := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: &tokens{}, Execer: &execRecorder{}})
 	for _, id := range []string{"sbx-crashed", "sbx-never"} {
 		inst, err := after.Adopt(ctx, sandbox.Options{ID: id})
 		if inst != nil || !errors.Is(err, ErrNotTakenOver) || err.Error() != ErrNotTakenOver.Error() {

@@ -12,6 +12,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes/kubetest"
 )
 
 // TestCreateWithLiveIDLeavesItAlone: a second Create with the id of a live sandbox
@@ -26,7 +27,7 @@ func TestCreateWithLiveIDLeavesItAlone(t *testing.T) {
 			c := fakeCluster(t)
 			tok := &tokens{}
 			ex := &execRecorder{out: "alive\n"}
-			b := newTestBackend(t, Options{Client: c, Tokens: tok, Execer: ex})
+			b := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: tok, Execer: ex})
 			ctx := context.Background()
 			live, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-live", Backend: b})
 			if err != nil {

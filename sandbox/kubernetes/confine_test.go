@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes/kubetest"
 )
 
 // listen returns the address of a loopback listener that accepts (and closes) connections
@@ -134,7 +135,7 @@ func TestCreateReportsAFailedConfinementCheck(t *testing.T) {
 		return false, nil, nil
 	})
 	tok := &tokens{}
-	b := newTestBackend(t, Options{Client: c, Tokens: tok})
+	b := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: tok})
 	_, err := sandbox.New(context.Background(), sandbox.Options{ID: "sbx-open", Backend: b})
 	if err == nil || !strings.Contains(err.Error(), reason) || !strings.Contains(err.Error(), "container confinement exited 1") {
 		t.Fatalf("create: %v, want the check's reason", err)

@@ -7,8 +7,6 @@ import (
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
@@ -18,21 +16,20 @@ import (
 // restExecer runs commands through the pods/exec subresource: WebSocket first, SPDY for
 // API servers without it.
 type restExecer struct {
-	client kubernetes.Interface
+	client Client
 	config *rest.Config
 }
 
 func (r *restExecer) Exec(ctx context.Context, e Exec) (int, error) {
-	req := r.client.CoreV1().RESTClient().Post().Namespace(e.Namespace).Resource("pods").
-		Name(e.Pod).SubResource("exec").VersionedParams(&corev1.PodExecOptions{
+	u := r.client.PodExecURL(e.Namespace, e.Pod, &corev1.PodExecOptions{
 		Container: e.Container, Command: e.Command,
 		Stdin: e.Stdin != nil, Stdout: true, Stderr: true,
-	}, scheme.ParameterCodec)
-	ws, err := remotecommand.NewWebSocketExecutor(r.config, http.MethodGet, req.URL().String())
+	})
+	ws, err := remotecommand.NewWebSocketExecutor(r.config, http.MethodGet, u.String())
 	if err != nil {
 		return -1, fmt.Errorf("exec over websocket: %w", err)
 	}
-	spdy, err := remotecommand.NewSPDYExecutor(r.config, http.MethodPost, req.URL())
+	spdy, err := remotecommand.NewSPDYExecutor(r.config, http.MethodPost, u)
 	if err != nil {
 		return -1, fmt.Errorf("exec over spdy: %w", err)
 	}

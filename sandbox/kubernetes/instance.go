@@ -45,7 +45,7 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 			_ = in.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	svc, err := b.opts.Client.CoreV1().Services(b.opts.ProxyNamespace).Get(ctx, b.opts.ProxyService, metav1.GetOptions{})
+	svc, err := b.opts.Client.GetService(ctx, b.opts.ProxyNamespace, b.opts.ProxyService)
 	if err != nil {
 		return nil, fmt.Errorf("proxy service %s/%s: %w", b.opts.ProxyNamespace, b.opts.ProxyService, err)
 	}
@@ -66,15 +66,15 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 		return nil, err
 	}
 	// The policy first: the pod must never run unconfined, not even for a moment.
-	_, err = b.opts.Client.NetworkingV1().NetworkPolicies(ns).Create(ctx, objs.NetworkPolicy, metav1.CreateOptions{})
+	_, err = b.opts.Client.CreateNetworkPolicy(ctx, ns, objs.NetworkPolicy)
 	if err := in.created("networkpolicy", err); err != nil {
 		return nil, err
 	}
-	_, err = b.opts.Client.CoreV1().Secrets(ns).Create(ctx, objs.Secret, metav1.CreateOptions{})
+	_, err = b.opts.Client.CreateSecret(ctx, ns, objs.Secret)
 	if err := in.created("secret", err); err != nil {
 		return nil, err
 	}
-	_, err = b.opts.Client.CoreV1().Pods(ns).Create(ctx, objs.Pod, metav1.CreateOptions{})
+	_, err = b.opts.Client.CreatePod(ctx, ns, objs.Pod)
 	if err := in.created("pod", err); err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (b *Backend) Create(ctx context.Context, o sandbox.Options) (inst sandbox.I
 // that name makes its create fail with AlreadyExists, which created handles.
 func (in *instance) checkFree(ctx context.Context) error {
 	ns := in.b.opts.Namespace
-	_, err := in.b.opts.Client.CoreV1().Pods(ns).Get(ctx, in.name, metav1.GetOptions{})
+	_, err := in.b.opts.Client.GetPod(ctx, ns, in.name)
 	switch {
 	case err == nil:
 		return fmt.Errorf("sandbox %s %w (pod %s/%s)", in.opts.ID, sandbox.ErrExists, ns, in.name)
@@ -125,7 +125,7 @@ func (in *instance) waitRunning(ctx context.Context) error {
 	var last corev1.PodPhase
 	var why string
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		p, err := in.b.opts.Client.CoreV1().Pods(in.b.opts.Namespace).Get(ctx, in.name, metav1.GetOptions{})
+		p, err := in.b.opts.Client.GetPod(ctx, in.b.opts.Namespace, in.name)
 		if err != nil {
 			return false, err
 		}
@@ -228,7 +228,7 @@ func execCommand(cmd sandbox.Command) []string {
 // Logs streams the pod's log (the output of its idle process and of anything the image
 // writes there).
 func (in *instance) Logs(ctx context.Context) (io.ReadCloser, error) {
-	return in.b.opts.Client.CoreV1().Pods(in.b.opts.Namespace).GetLogs(in.name, &corev1.PodLogOptions{Container: containerName}).Stream(ctx)
+	return in.b.opts.Client.PodLogs(ctx, in.b.opts.Namespace, in.name, &corev1.PodLogOptions{Container: containerName})
 }
 
 // Changes is nil: no copy-on-write workspace on Kubernetes.
@@ -263,11 +263,11 @@ func (in *instance) close(ctx context.Context) error {
 		var err error
 		switch kind {
 		case "pod":
-			err = c.CoreV1().Pods(ns).Delete(ctx, in.name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+			err = c.DeletePod(ctx, ns, in.name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 		case "secret":
-			err = c.CoreV1().Secrets(ns).Delete(ctx, in.name, metav1.DeleteOptions{})
+			err = c.DeleteSecret(ctx, ns, in.name, metav1.DeleteOptions{})
 		case "networkpolicy":
-			err = c.NetworkingV1().NetworkPolicies(ns).Delete(ctx, in.name, metav1.DeleteOptions{})
+			err = c.DeleteNetworkPolicy(ctx, ns, in.name, metav1.DeleteOptions{})
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", kind, ns, in.name, err))
@@ -285,7 +285,7 @@ func (in *instance) waitGone(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, in.b.opts.StartTimeout)
 	defer cancel()
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		_, err := in.b.opts.Client.CoreV1().Pods(in.b.opts.Namespace).Get(ctx, in.name, metav1.GetOptions{})
+		_, err := in.b.opts.Client.GetPod(ctx, in.b.opts.Namespace, in.name)
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}

@@ -33,7 +33,6 @@ import (
 	"log/slog"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/airlock-proxy/airlock/sandbox"
@@ -64,9 +63,9 @@ type Exec struct {
 
 // Options configure the Kubernetes backend.
 type Options struct {
-	Client     kubernetes.Interface // required
-	RESTConfig *rest.Config         // for exec; required unless Execer is set
-	Execer     Execer               // nil means remotecommand over RESTConfig
+	Client     Client       // required; Connect or NewClient
+	RESTConfig *rest.Config // for exec; required unless Execer is set
+	Execer     Execer       // nil means remotecommand over RESTConfig
 
 	Namespace string // where sandboxes run; default DefaultNamespace
 	Image     string // required

@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes/kubetest"
 )
 
 // fakeCluster is client-go's fake clientset with the proxy Service, where created pods
@@ -60,7 +61,7 @@ func TestLifecycle(t *testing.T) {
 	c := fakeCluster(t)
 	tok := &tokens{}
 	ex := &execRecorder{out: "hi\n", code: 3}
-	b := newTestBackend(t, Options{Client: c, Tokens: tok, Execer: ex})
+	b := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: tok, Execer: ex})
 	ctx := context.Background()
 	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-life", Backend: b, Env: []string{"FOO=bar"}, CABundle: []byte("ca")})
 	if err != nil {
@@ -125,7 +126,7 @@ func TestCreateFailureCleansUp(t *testing.T) {
 		return true, nil, errors.New("admission webhook denied the pod")
 	})
 	tok := &tokens{}
-	b := newTestBackend(t, Options{Client: c, Tokens: tok})
+	b := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: tok})
 	_, err := sandbox.New(context.Background(), sandbox.Options{ID: "sbx-fail", Backend: b})
 	if err == nil || !strings.Contains(err.Error(), "admission webhook denied") {
 		t.Fatalf("New: %v, want the pod creation error", err)
@@ -139,7 +140,7 @@ func TestCreateFailureCleansUp(t *testing.T) {
 }
 
 func TestProxyServiceMissing(t *testing.T) {
-	b := newTestBackend(t, Options{Client: fake.NewClientset()})
+	b := newTestBackend(t, Options{Client: kubetest.Wrap(fake.NewClientset())})
 	_, err := b.Create(context.Background(), sandbox.Options{ID: "sbx-x"})
 	if err == nil || !strings.Contains(err.Error(), "proxy service airlock/airlock") {
 		t.Errorf("Create: %v, want an error naming the proxy service", err)
@@ -176,7 +177,7 @@ func TestConnectNamesTheMissingConfig(t *testing.T) {
 func TestIssueFailureCreatesNothing(t *testing.T) {
 	c := fakeCluster(t)
 	tok := &tokens{issueErr: errors.New("airlock admin API at http://airlock-admin:9090 unreachable")}
-	b := newTestBackend(t, Options{Client: c, Tokens: tok})
+	b := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: tok})
 	_, err := sandbox.New(context.Background(), sandbox.Options{ID: "sbx-noissue", Backend: b})
 	if err == nil || !strings.Contains(err.Error(), "issue proxy credential") || !strings.Contains(err.Error(), "unreachable") {
 		t.Fatalf("New: %v, want the issue error", err)
@@ -191,7 +192,7 @@ func TestIssueFailureCreatesNothing(t *testing.T) {
 func TestRevokeFailureIsReported(t *testing.T) {
 	c := fakeCluster(t)
 	tok := &tokens{}
-	b := newTestBackend(t, Options{Client: c, Tokens: tok})
+	b := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: tok})
 	ctx := context.Background()
 	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-norevoke", Backend: b})
 	if err != nil {
@@ -211,7 +212,7 @@ func TestRevokeFailureIsReported(t *testing.T) {
 // sandbox down returns only when the objects are gone (it used to return nil at once).
 func TestConcurrentCloseWaitsForTheFirst(t *testing.T) {
 	c := fakeCluster(t)
-	b := newTestBackend(t, Options{Client: c, Tokens: &tokens{}})
+	b := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: &tokens{}})
 	ctx := context.Background()
 	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-twice", Backend: b})
 	if err != nil {
@@ -254,7 +255,7 @@ func TestCloseDoesNotForceDeleteThePod(t *testing.T) {
 		podGrace = append(podGrace, a.(k8stesting.DeleteAction).GetDeleteOptions().GracePeriodSeconds)
 		return false, nil, nil
 	})
-	b := newTestBackend(t, Options{Client: c, Tokens: &tokens{}, Execer: &execRecorder{}})
+	b := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: &tokens{}, Execer: &execRecorder{}})
 	ctx := context.Background()
 	sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-grace", Backend: b})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/airlock-proxy/airlock/sandbox"
+	"github.com/airlock-proxy/airlock/sandbox/kubernetes/kubetest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -65,10 +66,10 @@ func (e *execRecorder) Exec(_ context.Context, x Exec) (int, error) {
 func newTestBackend(t *testing.T, o Options) *Backend {
 	t.Helper()
 	if o.Client == nil {
-		o.Client = fake.NewClientset(&corev1.Service{
+		o.Client = kubetest.Wrap(fake.NewClientset(&corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: "airlock", Namespace: "airlock"},
 			Spec:       corev1.ServiceSpec{ClusterIP: "10.96.0.42"},
-		})
+		}))
 	}
 	if o.InitImage == "" {
 		o.InitImage = "registry.example/airlock:1.0"
@@ -158,7 +159,7 @@ func TestBuildRefuses(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	c := fake.NewClientset()
+	c := kubetest.Wrap(fake.NewClientset())
 	ex := &execRecorder{}
 	tests := []struct {
 		name string
