@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -63,24 +64,23 @@ func Connect(kubeconfig string) (Client, *rest.Config, error) {
 	return c, cfg, nil
 }
 
-// scheme knows only the types the backend sends and receives: core v1, networking v1 and
-// the meta options and Status (in both group versions, as client-go's own scheme has them).
-var (
-	scheme         = runtime.NewScheme()
-	codecs         = serializer.NewCodecFactory(scheme)
-	parameterCodec = runtime.NewParameterCodec(scheme)
-)
-
-func init() {
-	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
-	utilruntime.Must(corev1.AddToScheme(scheme))
-	utilruntime.Must(networkingv1.AddToScheme(scheme))
-}
+// apiScheme knows only the types the backend sends and receives: core v1, networking v1
+// and the meta options and Status (in both group versions, as client-go's own scheme has
+// them). It is built on first use, so that processes that never reach a cluster pay
+// nothing for it.
+var apiScheme = sync.OnceValue(func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(networkingv1.AddToScheme(s))
+	return s
+})
 
 // restClient is the Client over REST: core v1 at /api, networking.k8s.io/v1 at /apis,
 // sharing one HTTP client as a clientset's groups do.
 type restClient struct {
 	core, networking *rest.RESTClient
+	params           runtime.ParameterCodec // for the log and exec options
 }
 
 // NewClient returns a Client for cfg.
@@ -89,6 +89,8 @@ func NewClient(cfg *rest.Config) (Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	s := apiScheme()
+	codecs := serializer.NewCodecFactory(s)
 	group := func(apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
 		c := rest.CopyConfig(cfg)
 		c.APIPath, c.GroupVersion = apiPath, &gv
@@ -106,7 +108,7 @@ func NewClient(cfg *rest.Config) (Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &restClient{core: core, networking: networking}, nil
+	return &restClient{core: core, networking: networking, params: runtime.NewParameterCodec(s)}, nil
 }
 
 func (c *restClient) GetService(ctx context.Context, namespace, name string) (*corev1.Service, error) {
@@ -148,10 +150,10 @@ func (c *restClient) DeletePod(ctx context.Context, namespace, name string, opts
 
 func (c *restClient) PodLogs(ctx context.Context, namespace, name string, opts *corev1.PodLogOptions) (io.ReadCloser, error) {
 	return c.core.Get().Namespace(namespace).Resource("pods").Name(name).SubResource("log").
-		VersionedParams(opts, parameterCodec).Stream(ctx)
+		VersionedParams(opts, c.params).Stream(ctx)
 }
 
 func (c *restClient) PodExecURL(namespace, name string, opts *corev1.PodExecOptions) *url.URL {
 	return c.core.Post().Namespace(namespace).Resource("pods").Name(name).SubResource("exec").
-		VersionedParams(opts, parameterCodec).URL()
+		VersionedParams(opts, c.params).URL()
 }

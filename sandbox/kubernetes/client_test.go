@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -40,7 +41,7 @@ func (a *apiRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var obj runtime.Object
 	if len(body) > 0 {
 		var err error
-		if obj, _, err = codecs.UniversalDeserializer().Decode(body, nil, nil); err != nil {
+		if obj, _, err = serializer.NewCodecFactory(apiScheme()).UniversalDeserializer().Decode(body, nil, nil); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -59,7 +60,7 @@ func (a *apiRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	reply := func(o runtime.Object) {
 		w.Header().Set("Content-Type", "application/json")
-		b, err := runtime.Encode(codecs.LegacyCodec(corev1.SchemeGroupVersion, networkingv1.SchemeGroupVersion), o)
+		b, err := runtime.Encode(serializer.NewCodecFactory(apiScheme()).LegacyCodec(corev1.SchemeGroupVersion, networkingv1.SchemeGroupVersion), o)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
