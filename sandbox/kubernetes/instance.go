@@ -256,9 +256,18 @@ func (in *instance) close(ctx context.Context) error {
 	// next would leave them unconfined. With a grace period the object stays until the
 	// kubelet has stopped them, which waitGone waits for.
 	grace := int64(podGracePeriod)
+	// The NetworkPolicy goes only once the pod is known to be gone: a pod whose delete
+	// failed, or that outlived waitGone, may still run, and without its policy nothing
+	// would confine it. The policy is then left for `airlock kubernetes` to sweep with the
+	// pod, and Close says so.
+	podGone := true
 	for _, kind := range kinds {
 		if !in.made[kind] {
 			continue // not made by this sandbox: another's of the same name, or none
+		}
+		if kind == "networkpolicy" && !podGone {
+			errs = append(errs, fmt.Errorf("networkpolicy %s/%s kept: pod %s may still run, and the policy is what confines it", ns, in.name, in.name))
+			continue
 		}
 		var err error
 		switch kind {
@@ -271,9 +280,15 @@ func (in *instance) close(ctx context.Context) error {
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", kind, ns, in.name, err))
+			if kind == "pod" {
+				podGone = false
+			}
 		}
 		if kind == "pod" && err == nil {
-			errs = append(errs, in.waitGone(ctx))
+			if werr := in.waitGone(ctx); werr != nil {
+				errs = append(errs, werr)
+				podGone = false
+			}
 		}
 	}
 	return errors.Join(errs...)

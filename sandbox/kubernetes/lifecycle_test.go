@@ -275,3 +275,43 @@ func TestCloseDoesNotForceDeleteThePod(t *testing.T) {
 		t.Errorf("pod deleted with grace periods %v: want one deletion with a grace period above 0", podGrace)
 	}
 }
+
+// TestPolicyOutlivesAPodThatMayRun: when the pod's delete fails, or the pod is still there
+// when waitGone gives up, Close keeps the NetworkPolicy (the pod may still run, and the
+// policy is what confines it) and says so; the Secret still goes.
+func TestPolicyOutlivesAPodThatMayRun(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reactor func(*fake.Clientset)
+	}{
+		{"delete fails", func(c *fake.Clientset) {
+			c.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, errors.New("etcdserver: request timed out")
+			})
+		}},
+		{"pod never goes", func(c *fake.Clientset) {
+			c.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, nil // accepted; the kubelet never stops it
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fakeCluster(t)
+			b := newTestBackend(t, Options{Client: kubetest.Wrap(c), Tokens: &tokens{}, Execer: &execRecorder{}, StartTimeout: time.Second})
+			ctx := context.Background()
+			sb, err := sandbox.New(ctx, sandbox.Options{ID: "sbx-stays", Backend: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.reactor(c)
+			err = sb.Close(ctx)
+			if err == nil || !strings.Contains(err.Error(), "networkpolicy airlock-sandboxes/airlock-sbx-stays kept") {
+				t.Errorf("Close = %v; want it to say the policy was kept", err)
+			}
+			want := []string{"networkpolicy/airlock-sbx-stays", "pod/airlock-sbx-stays"}
+			if left := objectsLeft(t, c); !slices.Equal(left, want) {
+				t.Errorf("left %v; want %v (the policy stays with the pod)", left, want)
+			}
+		})
+	}
+}
