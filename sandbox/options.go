@@ -65,7 +65,7 @@ type Options struct {
 	Memory int64
 	// Pids bounds the processes and threads of the sandbox; 0 means DefaultPids. Each
 	// running command's init counts: one with the native backend's C stages (the shipped
-	// build), about six threads of a Go runtime in a binary built without cgo.
+	// build), 6 to 9 threads of a Go runtime in a binary built without cgo.
 	Pids    int64
 	CPUs    float64 // CPU limit in cores; 0 means none
 	TmpSize int64   // size cap of /tmp and of $HOME each; 0 means DefaultTmpSize

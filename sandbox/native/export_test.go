@@ -9,3 +9,9 @@ func NetNSInode(s *sandbox.Sandbox) uint64 {
 	}
 	return 0
 }
+
+// StageExecForTest is argv[0] of the Go holder's exec stage (the run's init).
+const StageExecForTest = stageExec
+
+// CStages reports whether the stages are C code (a cgo build), with no Go exec stage.
+const CStages = cHolder

@@ -1,11 +1,13 @@
 package native_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -125,16 +127,63 @@ func TestEnvironmentIsBuiltNotInherited(t *testing.T) {
 
 // TestCommandEnvironmentIsExactlyItsOwn: the setting the Go stages start their init with
 // (GOMAXPROCS, shim_linux.go) never reaches the command, and a GOMAXPROCS of the command's
-// own arrives as given, with either holder.
+// own arrives as given, wherever it is in the environment (an image's environment comes
+// first), with either holder.
 func TestCommandEnvironmentIsExactlyItsOwn(t *testing.T) {
 	s := newSandbox(t, sandbox.Options{})
 	if res := run(t, s, "env"); strings.Contains(string(res.Stdout), "GOMAXPROCS") {
 		t.Errorf("the command's environment has a GOMAXPROCS it was not given:\n%s", res.Stdout)
 	}
-	own := newSandbox(t, sandbox.Options{Env: []string{"GOMAXPROCS=7"}})
-	res := run(t, own, "env | grep -c GOMAXPROCS; echo $GOMAXPROCS")
-	if got := string(res.Stdout); got != "1\n7\n" {
-		t.Errorf("the command's own GOMAXPROCS=7 arrived as %q, want one entry, 7", got)
+	for _, o := range []sandbox.Options{
+		{Env: []string{"GOMAXPROCS=7"}},
+		{Env: []string{"GOMAXPROCS=1"}},
+		{Image: &sandbox.ImageConfig{Env: []string{"GOMAXPROCS=1", "AAA=first"}}},
+		{Image: &sandbox.ImageConfig{Env: []string{"GOMAXPROCS=64", "AAA=first"}}},
+	} {
+		want, script := o.Env, "env | grep -E '^(GOMAXPROCS|AAA)=' | sort"
+		if o.Image != nil {
+			o.Rootfs, want = busyboxRoot(t), o.Image.Env
+			script = "busybox env | busybox grep -E '^(GOMAXPROCS|AAA)=' | busybox sort"
+		}
+		res := run(t, newSandbox(t, o), script)
+		if got, w := strings.Fields(string(res.Stdout)), slices.Sorted(slices.Values(want)); !slices.Equal(got, w) {
+			t.Errorf("environment %q arrived as %q, want %q", want, got, w)
+		}
+	}
+}
+
+// TestInitEnvironmentIsItsOwn: the Go twin's init (the run's pid 1, whose threads count
+// against the pids limit) starts with GOMAXPROCS=1 and nothing of the command's
+// environment, so a command's GOMAXPROCS=64 cannot make it keep more threads (it had 21 in
+// the airlock binary when it shared the command's environment). The C init has no Go
+// runtime: nothing to check there.
+func TestInitEnvironmentIsItsOwn(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{Env: []string{"GOMAXPROCS=64", "SECRET_LOOKING=x"}})
+	done := make(chan sandbox.Result, 1)
+	go func() { done <- run(t, s, "sleep 2") }()
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	found := 0
+	for time.Now().Before(deadline) && found == 0 {
+		time.Sleep(100 * time.Millisecond)
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			cmdline, _ := os.ReadFile(d + "/cmdline")
+			if !bytes.HasPrefix(cmdline, []byte(native.StageExecForTest+"\x00")) {
+				continue
+			}
+			env, err := os.ReadFile(d + "/environ")
+			if err != nil {
+				continue // gone meanwhile
+			}
+			found++
+			if string(env) != "GOMAXPROCS=1\x00" {
+				t.Errorf("the init's environment is %q; want only GOMAXPROCS=1", env)
+			}
+		}
+	}
+	<-done
+	if found == 0 && !native.CStages {
+		t.Error("no exec stage seen while the command ran")
 	}
 }
 

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"github.com/airlock-proxy/airlock/sandbox"
@@ -41,6 +43,17 @@ func runExec() error {
 		return errors.New("exec stage: holder did not release the command")
 	}
 	gate.Close()
+	env, err := readCommandEnv()
+	if err != nil {
+		return err
+	}
+	// The command is looked up in the command's PATH (the exec stage's own has none).
+	os.Unsetenv("PATH")
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			os.Setenv("PATH", v)
+		}
+	}
 	if err := setUserNSMaxima(); err != nil {
 		return err
 	}
@@ -74,7 +87,7 @@ func runExec() error {
 		return fmt.Errorf("set init not dumpable: %w", err)
 	}
 	syscall.CloseOnExec(execStatusFD)
-	attr := &syscall.ProcAttr{Env: commandEnv(os.Environ()), Files: []uintptr{0, 1, 2}}
+	attr := &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}}
 	if cfg.TTY {
 		// The command leads a session of its own with the terminal as its controlling
 		// terminal: its foreground process group gets what the keys for interrupt,
@@ -120,15 +133,20 @@ func runSpawn() error {
 		return fmt.Errorf("spawn stage: %w", err)
 	}
 	release.Close()
+	envR, envW, err := os.Pipe() // the command's environment (execEnvFD)
+	if err != nil {
+		return fmt.Errorf("spawn stage: %w", err)
+	}
+	defer envW.Close()
 	idmap := []syscall.SysProcIDMap{{ContainerID: 0, HostID: cfg.UIDBase, Size: sandbox.UIDRangeSize}}
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{stageExec, os.Args[1]},
-		Env:        execStageEnv(os.Environ()),
+		Env:        []string{execStageGOMAXPROCS},
 		Stdin:      os.Stdin,
 		Stdout:     os.Stdout,
 		Stderr:     os.Stderr,
-		ExtraFiles: []*os.File{open, os.NewFile(execStatusFD, "status")},
+		ExtraFiles: []*os.File{open, os.NewFile(execStatusFD, "status"), envR},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
 			UidMappings:                idmap,
@@ -141,6 +159,12 @@ func runSpawn() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start command: %w", err)
 	}
+	envR.Close()
+	if _, err := envW.Write(encodeEnv(os.Environ())); err != nil {
+		_ = cmd.Process.Kill()
+		return fmt.Errorf("spawn stage: hand over the command's environment: %w", err)
+	}
+	envW.Close()
 	var pid [4]byte
 	binary.NativeEndian.PutUint32(pid[:], uint32(cmd.Process.Pid))
 	if _, err := unix.Write(spawnPidFD, pid[:]); err != nil {
@@ -152,21 +176,40 @@ func runSpawn() error {
 
 // The exec stage stays as the run's init, in the run's pids cgroup: every thread of its Go
 // runtime counts against the sandbox's pids limit (with the default GOMAXPROCS of a 2-core
-// machine, 7 to 11 of them, seen by TestOpenFilesBound). Started with one P, it keeps a
-// few. The setting is the first entry of the exec stage's environment, put there by the
-// spawn stage and taken off again before the command starts, so the command's
-// environment, including a GOMAXPROCS of its own, is exactly what it was given.
+// machine, 7 to 11 of them, seen by TestOpenFilesBound). Started with one P, it keeps
+// fewer. Its environment is only that setting: the command's own environment, whatever it
+// holds (a GOMAXPROCS of its own, duplicates), comes through a pipe (execEnvFD), so that
+// neither can change the other.
 const execStageGOMAXPROCS = "GOMAXPROCS=1"
 
-func execStageEnv(env []string) []string {
-	return append([]string{execStageGOMAXPROCS}, env...)
+// execEnvFD is where the exec stage reads the command's environment, each entry ended by
+// a NUL (entries passed through execve hold none).
+const execEnvFD = 5
+
+func encodeEnv(env []string) []byte {
+	var b []byte
+	for _, kv := range env {
+		b = append(append(b, kv...), 0)
+	}
+	return b
 }
 
-func commandEnv(env []string) []string {
-	if len(env) > 0 && env[0] == execStageGOMAXPROCS {
-		return env[1:]
+func decodeEnv(b []byte) []string {
+	if len(b) == 0 {
+		return []string{}
 	}
-	return env
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+}
+
+// readCommandEnv reads the command's environment from execEnvFD and closes it.
+func readCommandEnv() ([]string, error) {
+	f := os.NewFile(execEnvFD, "env")
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("exec stage: read the command's environment: %w", err)
+	}
+	return decodeEnv(b), nil
 }
 
 // spawnPidFD is where the spawn stage writes the exec stage's pid.
