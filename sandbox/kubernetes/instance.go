@@ -258,15 +258,16 @@ func (in *instance) close(ctx context.Context) error {
 	grace := int64(podGracePeriod)
 	// The NetworkPolicy goes only once the pod is known to be gone: a pod whose delete
 	// failed, or that outlived waitGone, may still run, and without its policy nothing
-	// would confine it. The policy is then left for `airlock kubernetes` to sweep with the
-	// pod, and Close says so.
+	// would confine it. The policy is then left with the pod, and Close says so: the
+	// operator deletes the pod, then the policy (a restarted airlock's adoption does it
+	// in that order too).
 	podGone := true
 	for _, kind := range kinds {
 		if !in.made[kind] {
 			continue // not made by this sandbox: another's of the same name, or none
 		}
 		if kind == "networkpolicy" && !podGone {
-			errs = append(errs, fmt.Errorf("networkpolicy %s/%s kept: pod %s may still run, and the policy is what confines it", ns, in.name, in.name))
+			errs = append(errs, fmt.Errorf("networkpolicy %s/%s kept: pod %s may still run, and the policy is what confines it (delete the pod, then the policy)", ns, in.name, in.name))
 			continue
 		}
 		var err error
