@@ -16,7 +16,8 @@ import (
 )
 
 // BenchmarkIdleConnStack reports the goroutine stack memory one idle keep-alive connection
-// keeps after its one request (stack-B/conn), through plain goproxy and through airlock
+// keeps after its one request (stack-B/conn; heap-B/conn beside it, and the goroutines left
+// with 500 connections open), through plain goproxy and through airlock
 // with the audit log and OTel on: a connection's goroutine keeps the stack its request
 // grew, so the request path's deepest frames set what 10,000 idle connections cost
 // (docs/performance.md). The clients are raw connections, so only the proxies' stacks
@@ -55,6 +56,8 @@ func BenchmarkIdleConnStack(b *testing.B) {
 			var after runtime.MemStats
 			runtime.ReadMemStats(&after)
 			b.ReportMetric(float64(after.StackInuse-before.StackInuse)/conns, "stack-B/conn")
+			b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/conns, "heap-B/conn")
+			b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
 			for _, conn := range held {
 				conn.Close()
 			}
