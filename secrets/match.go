@@ -224,7 +224,7 @@ func (r *redactor) advance(next []thread, to int32, start, at int64) []thread {
 		if k == acceptValue {
 			r.mark(start, at+1)
 		} else if r.sigs && r.sigAt < 0 {
-			r.sigAt, r.sigName = start, signatures[k-1].name
+			r.sigAt, r.sigName = start, signatures()[k-1].name
 		}
 		if r.m.off[to] == r.m.off[to+1] {
 			return next

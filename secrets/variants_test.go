@@ -193,7 +193,7 @@ func readAllErr(s *scrubber, in string, sizes []int) (string, error) {
 // scan, to check the automaton against. Every alternative of a signature's units is one byte.
 func firstSignature(b []byte) int {
 	for i := range b {
-		for _, sig := range signatures {
+		for _, sig := range signatures() {
 			j := i
 			for _, u := range sig.p {
 				if j == len(b) || !slices.ContainsFunc(u, func(a []byte) bool { return a[0] == b[j] }) {
