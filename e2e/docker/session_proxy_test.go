@@ -101,17 +101,7 @@ func (s *sessionServer) stop(t *testing.T, sig syscall.Signal) {
 func (s *sessionServer) airlock(t *testing.T, verb string, args ...string) (string, string, int) {
 	t.Helper()
 	all := append([]string{"sandbox", verb, "--admin", "http://" + s.admin, "--token-file", s.token}, args...)
-	cmd := exec.Command(s.bin, all...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("airlock %s: %v", strings.Join(all, " "), err)
-	}
-	return stdout.String(), stderr.String(), code
+	return e2etest.Run(t, exec.Command(s.bin, all...))
 }
 
 // must runs the CLI and fails the test unless it exits 0.

@@ -73,24 +73,7 @@ func busyboxRoot(t *testing.T) string {
 // its reference and a `docker save` tarball of it.
 func dockerImage(t *testing.T, root string) (string, string) {
 	t.Helper()
-	if err := exec.Command("docker", "version").Run(); err != nil {
-		t.Skip("needs the Docker engine")
-	}
-	ref := "airlock-e2e/busybox-image:" + fmt.Sprint(os.Getpid())
-	imp := exec.Command("docker", "import", "-", ref)
-	tar := exec.Command("tar", "-C", root, "-c", ".")
-	var err error
-	if imp.Stdin, err = tar.StdoutPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := tar.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := imp.CombinedOutput(); err != nil {
-		t.Fatalf("docker import: %v\n%s", err, out)
-	}
-	tar.Wait()
-	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", ref).Run() })
+	ref := importImage(t, root, "busybox")
 	saved := filepath.Join(t.TempDir(), "image.tar")
 	if out, err := exec.Command("docker", "save", "-o", saved, ref).CombinedOutput(); err != nil {
 		t.Fatalf("docker save: %v\n%s", err, out)

@@ -100,17 +100,7 @@ func (s *sessionServer) stop(sig syscall.Signal) {
 func (s *sessionServer) cli(t *testing.T, verb string, args ...string) (string, string, int) {
 	t.Helper()
 	all := append([]string{"sandbox", verb, "--admin", "http://" + s.admin, "--token-file", s.token}, args...)
-	cmd := exec.Command(s.bin, all...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("airlock %s: %v", strings.Join(all, " "), err)
-	}
-	return stdout.String(), stderr.String(), code
+	return e2etest.Run(t, exec.Command(s.bin, all...))
 }
 
 func (s *sessionServer) must(t *testing.T, verb string, args ...string) string {

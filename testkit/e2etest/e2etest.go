@@ -3,14 +3,18 @@
 package e2etest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -149,4 +153,20 @@ func (r *Recorder) WaitSince(n int, d time.Duration, ok func([]audit.Event) bool
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Run runs cmd with its stdout and stderr captured and returns them with its exit status;
+// the test fails if cmd could not be started or waited for.
+func Run(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s: %v", strings.Join(cmd.Args, " "), err)
+	}
+	return out.String(), errOut.String(), code
 }
