@@ -370,3 +370,35 @@ decision := {"action": "deny", "rule": "exec.rm", "reason": "no rm"} if {
 		t.Error("an exec input without argv passed Validate")
 	}
 }
+
+// A body number beyond float64's range is valid JSON that the upstream may read; the policy
+// sees its literal and compares it as a number, so a limit written in the policy holds.
+func TestHugeBodyNumbersCompareAsNumbers(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"p.rego": `package airlock
+
+decision := {"action": "deny", "rule": "amount.limit"} if input.request.body.amount > 100
+else := {"action": "allow", "rule": "amount.ok"}
+`})
+	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout, NoDecisionCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ amount, rule string }{
+		{"1e400", "amount.limit"},
+		{strings.Repeat("8", 320), "amount.limit"},
+		{"-" + strings.Repeat("8", 320), "amount.ok"},
+		{"1e-400", "amount.ok"},
+		{"100", "amount.ok"},
+	} {
+		in := requestInput("POST", "a.example", "/")
+		in.Request.Body = mustJSON(t, `{"amount":`+tc.amount+`}`)
+		d, err := e.Decide(context.Background(), in)
+		if err != nil {
+			t.Fatalf("amount %.20s: %v", tc.amount, err)
+		}
+		if d.Rule != tc.rule {
+			t.Errorf("amount %.20s: rule %q, want %q", tc.amount, d.Rule, tc.rule)
+		}
+	}
+}

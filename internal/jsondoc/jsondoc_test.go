@@ -1,8 +1,11 @@
 package jsondoc
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,14 +14,18 @@ import (
 func TestParseAccepts(t *testing.T) {
 	tests := []struct {
 		in   string
-		want any // as encoding/json decodes it
+		want any // as encoding/json decodes it with UseNumber
 	}{
-		{`{"a":1}`, map[string]any{"a": 1.0}},
-		{` [1, -0.5e3, "x", true, false, null] `, []any{1.0, -500.0, "x", true, false, nil}},
+		{`{"a":1}`, map[string]any{"a": json.Number("1")}},
+		{` [1, -0.5e3, "x", true, false, null] `, []any{json.Number("1"), json.Number("-0.5e3"), "x", true, false, nil}},
 		{`"tools\u002fcall"`, "tools/call"},
 		{`"\ud83d\ude00 \u00e9\n\"\\\/"`, "😀 é\n\"\\/"},
 		{`{"a":{"b":[{}]}}`, map[string]any{"a": map[string]any{"b": []any{map[string]any{}}}}},
-		{`0`, 0.0},
+		{`0`, json.Number("0")},
+		// Beyond float64: valid JSON, and the policy sees the literal (an ast.Number keeps
+		// it), so Parse accepts what a float64 cannot hold.
+		{`1e400`, json.Number("1e400")},
+		{strings.Repeat("8", 320), json.Number(strings.Repeat("8", 320))},
 	}
 	for _, tc := range tests {
 		v, err := Parse([]byte(tc.in), 0)
@@ -27,7 +34,7 @@ func TestParseAccepts(t *testing.T) {
 			continue
 		}
 		var got any
-		if err := json.Unmarshal(v.Raw, &got); err != nil {
+		if err := unmarshalNumbers(v.Raw, &got); err != nil {
 			t.Fatal(err)
 		}
 		g, _ := json.Marshal(toAny(v))
@@ -38,7 +45,8 @@ func TestParseAccepts(t *testing.T) {
 	}
 }
 
-// toAny converts a Value as encoding/json would decode it.
+// toAny converts a Value as encoding/json decodes it with UseNumber: numbers keep their
+// literal, as they do when the policy sees them (rego's jsonTerm).
 func toAny(v *Value) any {
 	switch v.Kind {
 	case Null:
@@ -46,9 +54,7 @@ func toAny(v *Value) any {
 	case Bool:
 		return v.Str == "true"
 	case Number:
-		var f float64
-		json.Unmarshal(v.Raw, &f)
-		return f
+		return json.Number(v.Str)
 	case String:
 		return v.Str
 	case Array:
@@ -119,9 +125,10 @@ func manyKeys(n int) string {
 }
 
 // FuzzParse: whatever Parse accepts, encoding/json accepts too and decodes to the same
-// document; and Parse never panics.
+// document (numbers as json.Number: a literal beyond float64's range is valid JSON, and the
+// policy sees literals, not floats); and Parse never panics.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{`{"a":[1,2,{"b":null}]}`, `"\ud83d\ude00"`, `{"a":1,"a":2}`, `-0.0e+1`, `[]`} {
+	for _, s := range []string{`{"a":[1,2,{"b":null}]}`, `"\ud83d\ude00"`, `{"a":1,"a":2}`, `-0.0e+1`, `[]`, strings.Repeat("8", 320)} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -130,7 +137,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		var want any
-		if err := json.Unmarshal(b, &want); err != nil {
+		if err := unmarshalNumbers(b, &want); err != nil {
 			t.Fatalf("Parse accepted %q, encoding/json refuses it: %v", b, err)
 		}
 		g, _ := json.Marshal(toAny(v))
@@ -161,4 +168,17 @@ func TestParsesAreIndependent(t *testing.T) {
 	if got, _ := json.Marshal(toAny(first)); string(got) != string(want) {
 		t.Errorf("after other parses: got %s, want %s", got, want)
 	}
+}
+
+// unmarshalNumbers is json.Unmarshal with UseNumber: one document, nothing after it.
+func unmarshalNumbers(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return fmt.Errorf("data after the document: %v", err)
+	}
+	return nil
 }
