@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -131,6 +132,15 @@ func scaleOne(ctx context.Context, o Options, env peerEnv, dir string, up *Upstr
 		return nil, err
 	}
 	res.GoWith = readGoMem(ctx, p.PprofAddr)
+	if o.ProfileDir != "" && p.PprofAddr != "" && os.MkdirAll(o.ProfileDir, 0o755) == nil {
+		// The heap as it stands with the idle connections (no GC forced): what each one keeps.
+		file := filepath.Join(o.ProfileDir, strings.ReplaceAll(row.ID(), "/", "-")+"-idle.heap.pprof")
+		if err := fetchProfile(ctx, "http://"+p.PprofAddr+"/debug/pprof/heap", file); err != nil {
+			fmt.Fprintf(o.Log, "scale: heap profile of %s: %v\n", row.Peer, err)
+		} else {
+			fmt.Fprintf(o.Log, "scale: heap profile with the idle connections: %s\n", file)
+		}
+	}
 	if err := active(res.With, fmt.Sprintf("%d idle", o.Scale)); err != nil {
 		return nil, err
 	}
