@@ -15,11 +15,7 @@ import (
 // FuzzEventJSON holds it to encoding/json byte for byte.
 func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	start := len(dst)
-	slow := func() ([]byte, error) { // rare values: what encoding/json gives, or its error
-		cp := *ev // a copy escapes to json.Marshal, so that ev does not (it is on its caller's stack)
-		b, err := json.Marshal(&cp)
-		return append(dst[:start], b...), err
-	}
+	slow := func() ([]byte, error) { return appendEventJSONSlow(dst[:start], ev) }
 	if _, off := ev.Time.Zone(); ev.Time.Year() < 0 || ev.Time.Year() > 9999 || off <= -24*3600 || off >= 24*3600 {
 		return slow()
 	}
@@ -34,21 +30,7 @@ func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	dst = append(dst, `,"sandbox":`...)
 	dst = appendJSONString(dst, ev.SandboxID)
 	if len(ev.Labels) > 0 {
-		dst = append(dst, `,"labels":{`...)
-		keys := make([]string, 0, len(ev.Labels))
-		for k := range ev.Labels {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendJSONString(dst, k)
-			dst = append(dst, ':')
-			dst = appendJSONString(dst, ev.Labels[k])
-		}
-		dst = append(dst, '}')
+		dst = appendLabelsJSON(append(dst, `,"labels":`...), ev.Labels)
 	}
 	dst = optString(dst, `,"exec_id":`, ev.ExecID)
 	dst = optStrings(dst, `,"command":`, ev.Command)
@@ -82,6 +64,39 @@ func appendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	dst = optString(dst, `,"error_class":`, ev.ErrorClass)
 	dst = optInt(dst, `,"suppressed":`, ev.Suppressed)
 	return append(dst, '}'), nil
+}
+
+// appendEventJSONSlow appends what encoding/json makes of ev (rare values), or its error.
+// It and appendLabelsJSON are out of line: this encoding runs at the deepest point of a
+// request's stack, and their locals (a copy of the event, a map iterator) would otherwise
+// be in appendEventJSON's frame on every request.
+//
+//go:noinline
+func appendEventJSONSlow(dst []byte, ev *Event) ([]byte, error) {
+	cp := *ev // a copy escapes to json.Marshal, so that ev does not
+	b, err := json.Marshal(&cp)
+	return append(dst, b...), err
+}
+
+// appendLabelsJSON appends labels as a JSON object, keys sorted.
+//
+//go:noinline
+func appendLabelsJSON(dst []byte, labels map[string]string) []byte {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, k)
+		dst = append(dst, ':')
+		dst = appendJSONString(dst, labels[k])
+	}
+	return append(dst, '}')
 }
 
 func optString(dst []byte, key, v string) []byte {

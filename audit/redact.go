@@ -22,7 +22,7 @@ var errorClassRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 // free-text fields are bounded, and the labels map is copied. The sink applies it to every
 // event it writes.
 func (ev Event) Sanitized() Event {
-	ev = ev.scrubbed()
+	ev.scrub()
 	if ev.Labels != nil {
 		l := make(map[string]string, len(ev.Labels))
 		for k, v := range ev.Labels {
@@ -36,11 +36,11 @@ func (ev Event) Sanitized() Event {
 	return ev
 }
 
-// scrubbed is Sanitized without copying the labels and credentials, for an event that is
-// encoded at once (the sink's Record). Every string a sandbox can choose or lengthen is
-// bounded (see the Max* constants): a longer one is cut at a character boundary and ends in
-// a marker saying how much was cut ("…[truncated 123 bytes]").
-func (ev Event) scrubbed() Event {
+// scrub is Sanitized in place without copying the labels and credentials, for an event
+// that is encoded at once (the sink's Record). Every string a sandbox can choose or
+// lengthen is bounded (see the Max* constants): a longer one is cut at a character
+// boundary and ends in a marker saying how much was cut ("…[truncated 123 bytes]").
+func (ev *Event) scrub() {
 	ev.Query = bound(redact.Query(ev.Query), MaxQueryBytes)
 	if ev.ErrorClass != "" && !errorClassRE.MatchString(ev.ErrorClass) {
 		ev.ErrorClass = "invalid"
@@ -68,7 +68,6 @@ func (ev Event) scrubbed() Event {
 			ev.Creds[i] = bound(c, MaxNameBytes)
 		}
 	}
-	return ev
 }
 
 // Bounds of an audit record's fields, in bytes, before the truncation marker.

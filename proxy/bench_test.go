@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/secrets"
 	"github.com/airlock-proxy/airlock/telemetry"
 )
 
@@ -107,7 +108,7 @@ func BenchmarkRequest(b *testing.B) {
 
 // benchFullProxy starts a proxy like BenchmarkRequest's with an audit log in a temporary
 // directory and OTel telemetry, as airlock proxy runs by default.
-func benchFullProxy(b *testing.B, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPool) net.Listener {
+func benchFullProxy(b testing.TB, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPool) net.Listener {
 	b.Helper()
 	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
 		b.Setenv(k, "")
@@ -122,9 +123,16 @@ func benchFullProxy(b *testing.B, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPo
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { sink.Close() })
+	b.Setenv("AIRLOCK_BENCH_TOKEN", "bench-token-value")
+	broker, err := secrets.New(context.Background(), secrets.Options{Credentials: map[string]secrets.CredentialConfig{
+		"bench-token": {Env: "AIRLOCK_BENCH_TOKEN", Inject: secrets.Inject{Header: "Authorization", Value: "Bearer {{ .value }}"}},
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
 	p, err := New(Options{Decider: eng, CA: c, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		UpstreamCAs: upCAs, Resolver: staticResolver{netip.MustParseAddr("127.0.0.1")},
-		Auditor: sink, Telemetry: &OTel{T: tel}, PolicyRevision: eng.Revision})
+		Auditor: sink, Telemetry: &OTel{T: tel}, PolicyRevision: eng.Revision, Credentials: broker})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,9 +159,14 @@ decision := {"action": "allow", "rule": "registries.read"} if {
 	data.hosts.registries[input.request.host]
 	input.request.method in {"GET", "HEAD"}
 }
+
+decision := {"action": "allow", "rule": "bench.credential", "credentials": ["bench-token"]} if {
+	input.phase == "request"
+	input.request.host == "cred.example"
+}
 `
 
-func benchEngine(b *testing.B) *rego.Engine {
+func benchEngine(b testing.TB) *rego.Engine {
 	dir := b.TempDir()
 	os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(benchPolicy), 0o600)
 	os.WriteFile(filepath.Join(dir, "data.json"), []byte(`{"hosts": {"registries": {"pypi.org": {}, "proxy.golang.org": {}}}}`), 0o600)

@@ -67,10 +67,18 @@ func (p *Proxy) decide(st *reqState, in *rego.Input) (rego.Decision, error) {
 // decision says which call it is about; its response may reflect credentials if any call's
 // may, and it may upgrade only if every call's may. The calls are kept (with their
 // decisions) for the approval page.
+//
+// The batch is decided in a function of its own: its copies of the input and decisions
+// would otherwise sit in every request's frame (see handleRequest on stack depth).
 func (p *Proxy) decideCalls(st *reqState, in *rego.Input, calls []bodyCall) (rego.Decision, error) {
 	if len(calls) == 0 {
 		return p.decide(st, in)
 	}
+	return p.decideBatch(st, in, calls)
+}
+
+//go:noinline
+func (p *Proxy) decideBatch(st *reqState, in *rego.Input, calls []bodyCall) (rego.Decision, error) {
 	var win rego.Decision
 	won := -1
 	reflects, upgrade := false, true
@@ -110,6 +118,8 @@ func strictness(d rego.Decision) int {
 }
 
 // policyUnavailable is the answer when the policy could not decide: fail closed.
+//
+//go:noinline
 func policyUnavailable(err error) refusal {
 	return refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: "policy.error",
 		reason: "the policy could not be evaluated, so the request is refused; retry later or tell the operator", class: "policy"}
@@ -119,6 +129,8 @@ func policyUnavailable(err error) refusal {
 // only its sending half, which net/http cannot tell apart) before the policy decided: nobody
 // reads the answer, the audit event does. Not a policy failure: nothing is logged as an
 // error for it.
+//
+//go:noinline
 func clientClosed() refusal {
 	return refusal{status: statusClientClosed, decision: event.DecisionError, rule: "client",
 		reason: "the client closed its connection before the policy decided; nothing was sent", class: "client_closed"}
@@ -138,6 +150,7 @@ func canceledByClient(r *http.Request, err error) bool {
 	return errors.Is(err, context.Canceled) && errors.Is(r.Context().Err(), context.Canceled)
 }
 
+//go:noinline
 func denied(d rego.Decision) refusal {
 	reason := d.Reason
 	if reason == "" {
@@ -220,6 +233,11 @@ func (p *Proxy) mitmTLS(host string) func(string, *goproxy.ProxyCtx) (*tls.Confi
 	}
 }
 
+// The refusals' constructors are out of line (go:noinline): inlined, each one's value
+// would take a slot of its caller's frame, and handleRequest's frame is on every
+// request's stack.
+//
+//go:noinline
 func tooMany() refusal {
 	return refusal{status: http.StatusTooManyRequests, decision: event.DecisionDeny, rule: "limits.inflight",
 		reason: "too many concurrent requests from this sandbox; wait for some to finish", class: "limit"}
@@ -239,15 +257,11 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		id, _ = identityFrom(r.Context())
 	}
 	st := p.begin(r.Context(), r, id, string(rego.PhaseRequest))
-	refuse := func(f refusal) (*http.Request, *http.Response) {
-		st.refuse(r.Context(), f)
-		return r, f.response(r)
-	}
+	refuse := func(f refusal) (*http.Request, *http.Response) { return refuseRequest(st, r, f) }
 	if inTunnel && headerBytes(r) > p.opts.Limits.MaxHeaderBytes {
 		// Requests inside a tunnel are read by goproxy, not by http.Server: its header limit
 		// does not apply there, so it is enforced here.
-		return refuse(refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: event.DecisionDeny, rule: "limits.header",
-			reason: "the request headers exceed the proxy's limit of " + strconv.Itoa(p.opts.Limits.MaxHeaderBytes) + " bytes", class: "limit"})
+		return refuse(headersTooLarge(p.opts.Limits.MaxHeaderBytes))
 	}
 	t, f := p.resolveTarget(r, tun)
 	st.ev.Scheme, st.ev.Host, st.ev.Port, st.ev.Path = t.scheme, t.host, t.port, t.path
@@ -284,7 +298,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		return refuse(clientClosed())
 	}
 	if err != nil {
-		p.log.Error("policy evaluation failed", "phase", "request", "sandbox", id.ID, "host", t.host, "err", err)
+		p.logPolicyFailure(id.ID, t.host, err)
 		return refuse(policyUnavailable(err))
 	}
 	st.ev.Rule, st.ev.Reason, st.ev.Decision = dec.Rule, dec.Reason, event.Decision(dec.Action)
@@ -295,7 +309,7 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 			return refuse(denied(dec))
 		}
 		st.ev.Decision = event.DecisionWouldDeny
-		p.log.Warn("report-only: letting a denied request through", "sandbox", id.ID, "method", r.Method, "host", t.host, "path", t.path, "rule", dec.Rule)
+		p.logReportOnly(id.ID, r.Method, &t, dec.Rule)
 	case dec.NeedsApproval():
 		var conn net.Conn
 		if inTunnel {
@@ -316,6 +330,33 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 	st.ev.Creds = creds
 	ctx.RoundTripper = &upstream{p: p, st: st}
 	return r, nil
+}
+
+//go:noinline
+func headersTooLarge(max int) refusal {
+	return refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: event.DecisionDeny, rule: "limits.header",
+		reason: "the request headers exceed the proxy's limit of " + strconv.Itoa(max) + " bytes", class: "limit"}
+}
+
+// refuseRequest records f and answers r with it (out of line, as the constructors above).
+//
+//go:noinline
+func refuseRequest(st *reqState, r *http.Request, f refusal) (*http.Request, *http.Response) {
+	st.refuse(r.Context(), f)
+	return r, f.response(r)
+}
+
+// logPolicyFailure and logReportOnly are out of line: a log call's arguments take a slot of
+// handleRequest's frame each, and that frame is on every request's stack.
+//
+//go:noinline
+func (p *Proxy) logPolicyFailure(sandbox, host string, err error) {
+	p.log.Error("policy evaluation failed", "phase", "request", "sandbox", sandbox, "host", host, "err", err)
+}
+
+//go:noinline
+func (p *Proxy) logReportOnly(sandbox, method string, t *target, rule string) {
+	p.log.Warn("report-only: letting a denied request through", "sandbox", sandbox, "method", method, "host", t.host, "path", t.path, "rule", rule)
 }
 
 // resolveTarget normalises the destination, path and query (parseTarget), rewrites r.URL to

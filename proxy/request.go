@@ -64,15 +64,13 @@ type reqState struct {
 func (p *Proxy) begin(ctx context.Context, r *http.Request, id identity.Identity, phase string) *reqState {
 	st := &reqState{p: p, start: time.Now(), id: id}
 	st.ctx, st.end = p.opts.Telemetry.RequestStarted(ctx, r)
-	st.ev = audit.Event{
-		RequestID: audit.NewID(),
-		Kind:      event.KindRequest,
-		SandboxID: id.ID,
-		ExecID:    id.Exec,
-		Labels:    id.Labels,
-		Method:    r.Method,
-		Phase:     phase,
-	}
+	// Field by field, not an audit.Event literal: the literal is built in this frame and
+	// copied, and this frame is below the request span's start on every request's stack.
+	ev := &st.ev
+	ev.RequestID = audit.NewID()
+	ev.Kind = event.KindRequest
+	ev.SandboxID, ev.ExecID, ev.Labels = id.ID, id.Exec, id.Labels
+	ev.Method, ev.Phase = r.Method, phase
 	if r.Method == http.MethodConnect {
 		st.ev.Kind = event.KindConnect
 	}
@@ -135,12 +133,20 @@ func (st *reqState) recordDecision() error {
 		ev.Stage = audit.StageCompletion
 		if err != nil {
 			ev.Stage = "" // the refusal that follows is the request's only record
-			p.log.Error("audit decision record failed; not forwarding", "err", err, "sandbox", ev.SandboxID)
+			p.logAuditFailure(err, ev.SandboxID)
 			return errAuditUnavailable
 		}
 	}
 	st.recorded = true
 	return nil
+}
+
+// logAuditFailure is out of line: recordDecision's frame is under the audit record's
+// encoding, the deepest point of a request's stack.
+//
+//go:noinline
+func (p *Proxy) logAuditFailure(err error, sandbox string) {
+	p.log.Error("audit decision record failed; not forwarding", "err", err, "sandbox", sandbox)
 }
 
 // refuse ends the request with refusal f: its status, rule, reason and class go on the

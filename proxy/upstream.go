@@ -115,48 +115,22 @@ type upstream struct {
 
 func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Response, error) {
 	p, st := u.p, u.st
-	fail := func(f refusal) (*http.Response, error) {
-		st.refuse(req.Context(), f)
-		return f.response(req), nil
-	}
+	fail := func(f refusal) (*http.Response, error) { return failUpstream(st, req, f) }
 	if err := st.recordDecision(); err != nil {
 		return fail(auditUnavailable()) // nothing is sent unless its decision is on record
 	}
 	removeHopHeaders(req.Header)
 	if st.approved != nil {
-		if f := st.approved.verify(req); f != nil {
-			p.log.Error("approved request changed before sending; refused", "sandbox", st.id.ID, "approval", st.approved.id)
+		if f := st.verifyApproved(req); f != nil {
 			return fail(*f)
 		}
 	}
 	var scrub secrets.Scrubber
 	if len(st.creds) > 0 {
-		if f := st.withCredentials(req); f != nil {
+		var f *refusal
+		if scrub, f = st.attachCredentials(req); f != nil {
 			return fail(*f)
 		}
-		if f := p.redactionLimit(st); f != nil {
-			return fail(*f)
-		}
-		if p.opts.Credentials == nil {
-			return fail(refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: st.ev.Rule,
-				reason: "the policy names credentials " + strings.Join(st.creds, ", ") + " but no credential source is configured", class: "credential"})
-		}
-		cctx, done := p.opts.Telemetry.Step(st.ctx, "credentials", "", nil)
-		var err error
-		scrub, err = p.opts.Credentials.Attach(cctx, secrets.AttachRequest{SandboxID: st.id.ID, Names: st.creds, Out: req})
-		if err != nil {
-			done("credential")
-			status := http.StatusServiceUnavailable
-			var hs interface{ HTTPStatus() int }
-			if errors.As(err, &hs) {
-				status = hs.HTTPStatus()
-			}
-			p.log.Error("credential attach failed", "sandbox", st.id.ID, "credentials", st.creds, "err", err)
-			return fail(refusal{status: status, decision: event.DecisionError, rule: st.ev.Rule, reason: err.Error(), class: "credential"})
-		}
-		done("")
-		st.scrub = scrub
-		st.afterAttach(req)
 	}
 	var in *countingReader
 	if req.Body != nil && req.Body != http.NoBody {
@@ -169,15 +143,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 		st.ev.BytesIn = in.n.Load()
 	}
 	if err != nil {
-		f := upstreamError(err)
-		if canceledByClient(req, err) {
-			f = clientClosedUpstream()
-		}
-		if scrub != nil {
-			f.reason = scrub.ScrubString(f.reason) // the transport may quote the upstream's bytes
-		}
-		done(f.class)
-		return fail(f)
+		return roundTripFailed(st, req, err, scrub, done)
 	}
 	telemetry.UpstreamAnswered(uctx, resp.StatusCode)
 	done("")
@@ -201,6 +167,79 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 		st.finish(context.Background())
 	}}
 	return resp, nil
+}
+
+// The functions below are RoundTrip's rare ways out, out of line (go:noinline): their
+// locals (refusals, log arguments) would otherwise sit in RoundTrip's frame, which is on
+// every request's stack beneath the audit record's encoding, its deepest point. An idle
+// keep-alive connection keeps the stack its request grew.
+
+// failUpstream records f and answers req with it.
+//
+//go:noinline
+func failUpstream(st *reqState, req *http.Request, f refusal) (*http.Response, error) {
+	st.refuse(req.Context(), f)
+	return f.response(req), nil
+}
+
+// verifyApproved refuses an approved request that changed before sending.
+//
+//go:noinline
+func (st *reqState) verifyApproved(req *http.Request) *refusal {
+	f := st.approved.verify(req)
+	if f != nil {
+		st.p.log.Error("approved request changed before sending; refused", "sandbox", st.id.ID, "approval", st.approved.id)
+	}
+	return f
+}
+
+// attachCredentials puts the request's credentials on req and returns the scrubber for its
+// response, or why the request is refused.
+//
+//go:noinline
+func (st *reqState) attachCredentials(req *http.Request) (secrets.Scrubber, *refusal) {
+	p := st.p
+	if f := st.withCredentials(req); f != nil {
+		return nil, f
+	}
+	if f := p.redactionLimit(st); f != nil {
+		return nil, f
+	}
+	if p.opts.Credentials == nil {
+		return nil, &refusal{status: http.StatusServiceUnavailable, decision: event.DecisionError, rule: st.ev.Rule,
+			reason: "the policy names credentials " + strings.Join(st.creds, ", ") + " but no credential source is configured", class: "credential"}
+	}
+	cctx, done := p.opts.Telemetry.Step(st.ctx, "credentials", "", nil)
+	scrub, err := p.opts.Credentials.Attach(cctx, secrets.AttachRequest{SandboxID: st.id.ID, Names: st.creds, Out: req})
+	if err != nil {
+		done("credential")
+		status := http.StatusServiceUnavailable
+		var hs interface{ HTTPStatus() int }
+		if errors.As(err, &hs) {
+			status = hs.HTTPStatus()
+		}
+		p.log.Error("credential attach failed", "sandbox", st.id.ID, "credentials", st.creds, "err", err)
+		return nil, &refusal{status: status, decision: event.DecisionError, rule: st.ev.Rule, reason: err.Error(), class: "credential"}
+	}
+	done("")
+	st.scrub = scrub
+	st.afterAttach(req)
+	return scrub, nil
+}
+
+// roundTripFailed answers a request whose round trip failed.
+//
+//go:noinline
+func roundTripFailed(st *reqState, req *http.Request, err error, scrub secrets.Scrubber, done func(string)) (*http.Response, error) {
+	f := upstreamError(err)
+	if canceledByClient(req, err) {
+		f = clientClosedUpstream()
+	}
+	if scrub != nil {
+		f.reason = scrub.ScrubString(f.reason) // the transport may quote the upstream's bytes
+	}
+	done(f.class)
+	return failUpstream(st, req, f)
 }
 
 // upstreamError maps a round-trip error to what the agent is told.

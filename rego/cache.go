@@ -101,6 +101,13 @@ func canonicalInput(b []byte, in *Input, use inputUse) []byte {
 	}
 	b = appendMultiValue(b, query)
 	b = appendMultiValue(b, headers)
+	return appendBodyViews(b, r, use)
+}
+
+// appendBodyViews is canonicalInput's encoding of the body and its MCP and GraphQL views.
+//
+//go:noinline
+func appendBodyViews(b []byte, r *RequestInput, use inputUse) []byte {
 	// A body-aware request: the body by its exact bytes (they determine the parsed document),
 	// each view behind a presence byte, so that absent and empty differ as in the document.
 	var body *jsondoc.Value
@@ -152,6 +159,10 @@ func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
+// appendLabels and appendMultiValue are out of line: inlined, their map iterators would
+// sit in canonicalInput's frame, on every request's stack (see Engine.evalQuery).
+//
+//go:noinline
 func appendLabels(b []byte, m map[string]string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m)))
 	for _, k := range sortedKeys(m) {
@@ -160,6 +171,7 @@ func appendLabels(b []byte, m map[string]string) []byte {
 	return b
 }
 
+//go:noinline
 func appendMultiValue(b []byte, m map[string][]string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m)))
 	for _, k := range sortedKeys(m) {

@@ -187,7 +187,16 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 			return d, "", nil
 		}
 	}
+	return e.evalQuery(ctx, snap, in, explain, cached, key)
+}
 
+// evalQuery evaluates the policy for in (a decision the cache does not hold) and caches
+// the result when cached is set. Out of line from eval: its frame is large, and a cached
+// decision, the common case, should not put it on the request goroutine's stack (an idle
+// keep-alive connection keeps the stack its request grew).
+//
+//go:noinline
+func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, explain, cached bool, key cacheKey) (Decision, string, error) {
 	// One Cancel serves both the caller's context and the per-evaluation timeout; this avoids
 	// the goroutine OPA would start per evaluation to watch the context.
 	cancel := topdown.NewCancel()

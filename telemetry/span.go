@@ -57,28 +57,38 @@ func methodAttr(m string) string {
 // sent by the sandbox becomes the parent only when trustParent is true; otherwise the span
 // starts a new trace and links to it, so a sandbox cannot graft itself into our traces.
 func StartRequestSpan(ctx context.Context, tracer trace.Tracer, r *http.Request, trustParent bool) (context.Context, trace.Span) {
-	var remote trace.SpanContext
+	opts := newRootOpts
 	if _, sent := r.Header["Traceparent"]; sent {
-		remote = trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(r.Header)))
-	}
-	var buf [3]trace.SpanStartOption
-	opts := append(buf[:0], serverKind)
-	switch {
-	case trustParent && remote.IsValid():
-		ctx = trace.ContextWithRemoteSpanContext(ctx, remote)
-	case remote.IsValid():
-		// The sandbox's tracestate is its own free text: not kept on the link.
-		remote = remote.WithTraceState(trace.TraceState{})
-		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: remote,
-			Attributes: []attribute.KeyValue{attribute.String("airlock.link", "sandbox.traceparent")}}))
-	default:
-		opts = append(opts, trace.WithNewRoot())
+		ctx, opts = sandboxParent(ctx, r, trustParent)
 	}
 	ctx, span := tracer.Start(ctx, methodAttr(r.Method), opts...)
 	if span.IsRecording() {
 		span.SetAttributes(requestStartAttrs(r)...)
 	}
 	return ctx, span
+}
+
+// newRootOpts start a request's span in a trace of its own (shared, read only).
+var newRootOpts = []trace.SpanStartOption{serverKind, trace.WithNewRoot()}
+
+// sandboxParent is what a traceparent the sandbox sent makes of the request span: its
+// parent when trusted, else a link from a new root. Out of line: the request span's start
+// is the deepest point of every request's stack, and this frame would be under it.
+//
+//go:noinline
+func sandboxParent(ctx context.Context, r *http.Request, trust bool) (context.Context, []trace.SpanStartOption) {
+	remote := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(r.Header)))
+	switch {
+	case trust && remote.IsValid():
+		return trace.ContextWithRemoteSpanContext(ctx, remote), []trace.SpanStartOption{serverKind}
+	case remote.IsValid():
+		// The sandbox's tracestate is its own free text: not kept on the link.
+		remote = remote.WithTraceState(trace.TraceState{})
+		return ctx, []trace.SpanStartOption{serverKind, trace.WithNewRoot(), trace.WithLinks(trace.Link{SpanContext: remote,
+			Attributes: []attribute.KeyValue{attribute.String("airlock.link", "sandbox.traceparent")}})}
+	default:
+		return ctx, newRootOpts
+	}
 }
 
 func requestStartAttrs(r *http.Request) []attribute.KeyValue {
