@@ -53,14 +53,35 @@ type idleConn struct {
 	mu            sync.Mutex
 	readDeadline  time.Time // set by the HTTP server; zero when none
 	writeDeadline time.Time
+	readArmed     time.Time // the deadline the connection has for reads (zero: none)
+	writeArmed    time.Time
 }
 
-func earliest(set time.Time, d time.Duration) time.Time {
-	t := time.Now().Add(d)
-	if !set.IsZero() && set.Before(t) {
-		return set
+// arm keeps the connection's deadline for one direction (*armed) at the earlier of set
+// (the HTTP server's own deadline, zero when none) and the idle timeout from now. Setting
+// a deadline costs a timer update in the runtime, and reads and writes come many to a
+// request: the idle deadline is moved only once it is less than the idle timeout away,
+// and then to the idle timeout plus a sixteenth, so a connection is closed after between
+// idle and 17/16 idle of silence, never sooner.
+func (c *idleConn) arm(armed *time.Time, set time.Time, apply func(time.Time) error) {
+	now := time.Now()
+	if !set.IsZero() && !set.After(now.Add(c.idle)) {
+		// The server's deadline comes first.
+		if !armed.Equal(set) {
+			*armed = set
+			_ = apply(set)
+		}
+		return
 	}
-	return t
+	if !armed.IsZero() && !armed.Before(now.Add(c.idle)) && (set.IsZero() || !armed.After(set)) {
+		return
+	}
+	t := now.Add(c.idle + c.idle/16)
+	if !set.IsZero() && set.Before(t) {
+		t = set
+	}
+	*armed = t
+	_ = apply(t)
 }
 
 func (c *idleConn) Close() error {
@@ -70,7 +91,7 @@ func (c *idleConn) Close() error {
 
 func (c *idleConn) Read(b []byte) (int, error) {
 	c.mu.Lock()
-	_ = c.Conn.SetReadDeadline(earliest(c.readDeadline, c.idle))
+	c.arm(&c.readArmed, c.readDeadline, c.Conn.SetReadDeadline)
 	c.mu.Unlock()
 	n, err := c.Conn.Read(b)
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
@@ -81,7 +102,7 @@ func (c *idleConn) Read(b []byte) (int, error) {
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
-	_ = c.Conn.SetWriteDeadline(earliest(c.writeDeadline, c.idle))
+	c.arm(&c.writeArmed, c.writeDeadline, c.Conn.SetWriteDeadline)
 	c.mu.Unlock()
 	c.watch.wrote(b)
 	return c.Conn.Write(b)
@@ -89,22 +110,23 @@ func (c *idleConn) Write(b []byte) (int, error) {
 
 func (c *idleConn) SetDeadline(t time.Time) error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.readDeadline, c.writeDeadline = t, t
-	c.mu.Unlock()
+	c.readArmed, c.writeArmed = t, t
 	return c.Conn.SetDeadline(t)
 }
 
 func (c *idleConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
-	c.readDeadline = t
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	c.readDeadline, c.readArmed = t, t
 	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *idleConn) SetWriteDeadline(t time.Time) error {
 	c.mu.Lock()
-	c.writeDeadline = t
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	c.writeDeadline, c.writeArmed = t, t
 	return c.Conn.SetWriteDeadline(t)
 }
 

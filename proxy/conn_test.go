@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// tcpPair is a connected loopback pair: the accepted side wrapped as the proxy wraps
+// connections (idle timeout idle), and the client side.
+func tcpPair(t *testing.T, idle time.Duration) (*idleConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	il := newIdleListener(ln, idle, 4)
+	t.Cleanup(func() { il.Close() })
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := il.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); c.Close() })
+	return c.(*idleConn), client
+}
+
+// The idle deadline moves lazily (only once less than the idle timeout is left): a
+// connection with traffic more often than the idle timeout stays open however long it
+// lives, and a silent one is closed after the idle timeout, never sooner.
+func TestIdleConnDeadlines(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	t.Run("trickle keeps it open", func(t *testing.T) {
+		c, client := tcpPair(t, idle)
+		go func() {
+			for range 10 {
+				time.Sleep(idle / 3)
+				if _, err := client.Write([]byte{'x'}); err != nil {
+					return
+				}
+			}
+		}()
+		buf := make([]byte, 1)
+		for i := range 10 { // 1 s of reads, more than three idle timeouts
+			if _, err := c.Read(buf); err != nil {
+				t.Fatalf("read %d of a connection with a byte every %s: %v", i, idle/3, err)
+			}
+		}
+	})
+	t.Run("silence closes it, not sooner", func(t *testing.T) {
+		c, client := tcpPair(t, idle)
+		client.Write([]byte{'x'})
+		buf := make([]byte, 1)
+		if _, err := c.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err := c.Read(buf)
+		waited := time.Since(start)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read of a silent connection: %v, want a deadline error", err)
+		}
+		if waited < idle {
+			t.Errorf("a silent connection timed out after %s, sooner than the idle timeout %s", waited, idle)
+		}
+		if !c.watch.timedOut.Load() {
+			t.Error("the timeout was not noted for the server-refusal record")
+		}
+	})
+	t.Run("the server's earlier deadline wins", func(t *testing.T) {
+		c, _ := tcpPair(t, time.Minute)
+		buf := make([]byte, 1)
+		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		done := make(chan error, 1)
+		go func() { _, err := c.Read(buf); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read past the server's deadline: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the server's read deadline was not applied (the idle timeout is a minute)")
+		}
+		// Cleared by the server: reads wait on the idle timeout again, not the old deadline.
+		c.SetReadDeadline(time.Time{})
+		go func() { _, err := c.Read(buf); done <- err }()
+		select {
+		case err := <-done:
+			t.Fatalf("read after the server cleared its deadline ended at once: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		c.Close()
+		<-done
+	})
+}
