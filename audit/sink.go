@@ -49,6 +49,7 @@ type Sink struct {
 	syncFile  *os.File // the file that holds line `written`
 	armed     bool     // a deferred fsync is scheduled (group, interval)
 	syncErr   error    // a deferred fsync failed: batches fsync inline until one succeeds
+	flushing  bool     // a write of pending completion records is scheduled (flushLoop)
 
 	// Owned by the goroutine holding the writer role.
 	f      *os.File // nil after a failure that needs the file reopened
@@ -60,9 +61,10 @@ type Sink struct {
 	syncW  uint64   // seq of the last line this writer fsynced
 	writes int      // write(2) calls, for tests
 
-	kick chan struct{} // wakes the deferred fsync
-	stop chan struct{}
-	wg   sync.WaitGroup
+	kick  chan struct{} // wakes the deferred fsync
+	later chan struct{} // wakes flushLoop: completion records wait in pending
+	stop  chan struct{}
+	wg    sync.WaitGroup
 }
 
 // position is the writer's chain state: the last line and the checkpoint bookkeeping.
@@ -76,10 +78,11 @@ type position struct {
 // Its callers wait for done (closed once errs is set) or lead (the writer role handed to
 // one of them to write the batch), so that a write wakes only the callers it concerns.
 type batch struct {
-	bodies [][]byte // encoded events, in queue order
-	errs   []error  // set by the writer, one per body
-	done   chan struct{}
-	lead   chan struct{}
+	bodies  [][]byte // encoded events, in queue order
+	errs    []error  // set by the writer, one per body
+	waiters int      // callers waiting for this batch's outcome (not deferred completions)
+	done    chan struct{}
+	lead    chan struct{}
 	// A caller that finds the file free and nothing queued writes its event alone, in a
 	// batch nobody else sees (no channels): one allocation instead of five.
 	one    [1][]byte
@@ -106,7 +109,8 @@ func Open(opts Options) (*Sink, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Sink{opts: opts, log: opts.Logger.With("component", "audit"), kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	s := &Sink{opts: opts, log: opts.Logger.With("component", "audit"), kick: make(chan struct{}, 1),
+		later: make(chan struct{}, 1), stop: make(chan struct{})}
 	s.cond.L = &s.mu
 	if opts.SigningKeyFile != "" {
 		k, err := LoadSigningKey(opts.SigningKeyFile)
@@ -135,6 +139,10 @@ func Open(opts Options) (*Sink, error) {
 		s.wg.Add(1)
 		go s.loop(tick)
 	}
+	if opts.Fsync != FsyncAlways {
+		s.wg.Add(1)
+		go s.flushLoop()
+	}
 	return s, nil
 }
 
@@ -156,7 +164,84 @@ func (s *Sink) Record(ctx context.Context, ev *Event) error {
 	if err != nil {
 		return err
 	}
+	if ev.Stage == StageCompletion && s.opts.Fsync != FsyncAlways {
+		return s.appendLater(body)
+	}
 	return s.append(body)
+}
+
+// CompletionWindow bounds how long a completion record waits to be written (every fsync
+// setting but "always"): it goes with the next write (another request's decision record,
+// typically), or at most this long after its Record returned.
+const CompletionWindow = time.Millisecond
+
+// appendLater queues a completion record and returns at once: nothing waits on it (the
+// response has gone to the client), so it is written with the next batch, or by flushLoop
+// within CompletionWindow, saving a write(2) on each request's way back. Under "always"
+// completions are appended like any record. A kill of airlock loses at most the
+// completions of the last CompletionWindow; a decision record is always in the file
+// before its request goes out. A write error reaches the next caller that waits (a
+// decision: its request is refused) and Healthy.
+func (s *Sink) appendLater(body []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.pending == nil {
+		s.pending = &batch{}
+	}
+	s.pending.bodies = append(s.pending.bodies, body)
+	s.scheduleFlushLocked()
+	return nil
+}
+
+// scheduleFlushLocked wakes flushLoop for what waits in pending, unless a writer is at
+// work (its release hands pending on or schedules this again) or it is already awake.
+func (s *Sink) scheduleFlushLocked() {
+	if s.writing || s.flushing {
+		return
+	}
+	s.flushing = true
+	select {
+	case s.later <- struct{}{}:
+	default:
+	}
+}
+
+// flushLoop writes completion records left in pending when no request's decision record
+// came to take them within CompletionWindow.
+func (s *Sink) flushLoop() {
+	defer s.wg.Done()
+	t := time.NewTimer(CompletionWindow)
+	t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return // Close writes what is pending
+		case <-s.later:
+		}
+		t.Reset(CompletionWindow)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		s.flushing = false
+		b := s.pending
+		if b == nil || s.writing {
+			s.mu.Unlock() // taken by a writer, or its release schedules this again
+			continue
+		}
+		s.pending, s.writing = nil, true
+		s.mu.Unlock()
+		s.commit(b)
+		s.mu.Lock()
+		s.settleLocked(b)
+		s.mu.Unlock()
+	}
 }
 
 // encodeRecord is the line body of a sanitized copy of ev, its Time and ID filled in.
@@ -205,6 +290,11 @@ func (s *Sink) append(body []byte) error {
 	lead := !s.writing
 	if lead {
 		s.pending, s.writing = nil, true
+	} else {
+		b.waiters++
+		if b.done == nil { // a batch of completions only, until now
+			b.done, b.lead = make(chan struct{}), make(chan struct{}, 1)
+		}
 	}
 	s.mu.Unlock()
 	if !lead {
@@ -216,6 +306,14 @@ func (s *Sink) append(body []byte) error {
 	}
 	s.commit(b)
 	s.mu.Lock()
+	s.settleLocked(b)
+	s.mu.Unlock()
+	return b.errs[i]
+}
+
+// settleLocked publishes a committed batch's outcome (Healthy, its waiters) and releases
+// the writer role.
+func (s *Sink) settleLocked(b *batch) {
 	s.failed = nil
 	for _, err := range b.errs {
 		if err != nil {
@@ -227,8 +325,6 @@ func (s *Sink) append(body []byte) error {
 		close(b.done)
 	}
 	s.releaseLocked()
-	s.mu.Unlock()
-	return b.errs[i]
 }
 
 // Healthy reports whether events are being written (buffered within bounds counts as
@@ -289,7 +385,7 @@ func (s *Sink) Close() error {
 		s.f = nil
 	}
 	s.mu.Lock()
-	if b != nil {
+	if b != nil && b.done != nil { // a batch of completions only has no one to wake
 		close(b.done)
 	}
 	s.releaseLocked()
@@ -338,10 +434,13 @@ func (s *Sink) releaseLocked() {
 	case s.acquirers > 0:
 		s.writing = false
 		s.cond.Broadcast()
-	case s.pending != nil:
+	case s.pending != nil && s.pending.waiters > 0:
 		next := s.pending
 		s.pending = nil
 		next.lead <- struct{}{} // one of its callers writes it; the role stays taken
+	case s.pending != nil: // completions only: the next caller or flushLoop writes them
+		s.writing = false
+		s.scheduleFlushLocked()
 	default:
 		s.writing = false
 	}

@@ -1,0 +1,143 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+func stagedEvent(i int, stage Stage) *Event {
+	ev := testEvent(i)
+	ev.Stage = stage
+	return ev
+}
+
+// stagesInFile lists the stages of the events in path, in file order.
+func stagesInFile(t *testing.T, path string) []string {
+	t.Helper()
+	var out []string
+	for _, l := range readLines(t, path) {
+		var ev Event
+		if err := json.Unmarshal(l, &ev); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(ev.Stage)+" "+ev.Path)
+	}
+	return out
+}
+
+// A completion record does not wait for its write (outside "always"): it goes with the
+// next decision record's write, ahead of it in the chain, or is written by the sink
+// itself within CompletionWindow when no decision comes.
+func TestCompletionRecordsAreWrittenSoon(t *testing.T) {
+	for _, fsync := range []string{FsyncGroup, FsyncInterval, FsyncNever} {
+		t.Run(fsync, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "a.jsonl")
+			s := openSink(t, Options{Path: path, Fsync: fsync})
+			ctx := context.Background()
+			if err := s.Record(ctx, stagedEvent(1, StageCompletion)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Record(ctx, stagedEvent(2, StageDecision)); err != nil {
+				t.Fatal(err)
+			}
+			// The decision is in the file when Record returns, the completion before it.
+			got := stagesInFile(t, path)
+			if len(got) != 2 || got[0] != "completion /item/1" || got[1] != "decision /item/2" {
+				t.Fatalf("after the decision's Record: %q, want the completion then the decision", got)
+			}
+			// A completion alone is written by the sink within the window.
+			if err := s.Record(ctx, stagedEvent(3, StageCompletion)); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for len(stagesInFile(t, path)) < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("a lone completion record was not written within 5s (window %s)", CompletionWindow)
+				}
+				time.Sleep(CompletionWindow)
+			}
+		})
+	}
+}
+
+// Under "always" a completion is in the file (and fsynced) when Record returns, as every
+// record is; and Close writes completions still waiting, so the file is complete.
+func TestCompletionRecordsAlwaysAndClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.jsonl")
+	s := openSink(t, Options{Path: path, Fsync: FsyncAlways})
+	if err := s.Record(context.Background(), stagedEvent(1, StageCompletion)); err != nil {
+		t.Fatal(err)
+	}
+	if got := stagesInFile(t, path); len(got) != 1 {
+		t.Fatalf("under always, after Record: %q", got)
+	}
+
+	path = filepath.Join(t.TempDir(), "b.jsonl")
+	keyFile, pub := testKey(t)
+	s = openSink(t, Options{Path: path, SigningKeyFile: keyFile})
+	for i := range 50 {
+		if err := s.Record(context.Background(), stagedEvent(i, StageCompletion)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := VerifyFiles(VerifyOptions{Paths: []string{path}, PublicKey: pub, RequireSealed: true})
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	if r.Events != 50 {
+		t.Errorf("after Close: %d events in the file, want 50", r.Events)
+	}
+}
+
+// Decisions and completions from many goroutines: every record lands, each goroutine's
+// in its order (a completion never overtakes its own decision), and the chain verifies.
+func TestCompletionsAmongConcurrentDecisions(t *testing.T) {
+	keyFile, pub := testKey(t)
+	path := filepath.Join(t.TempDir(), "a.jsonl")
+	s := openSink(t, Options{Path: path, SigningKeyFile: keyFile, CheckpointEvents: 40})
+	const workers, each = 8, 100
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				for _, st := range []Stage{StageDecision, StageCompletion} {
+					ev := stagedEvent(i, st)
+					ev.SandboxID = "w" + string(rune('a'+w))
+					if err := s.Record(context.Background(), ev); err != nil {
+						t.Errorf("worker %d: %v", w, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := VerifyFiles(VerifyOptions{Paths: []string{path}, PublicKey: pub, RequireSealed: true})
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	if r.Events != workers*each*2 {
+		t.Fatalf("%d events, want %d", r.Events, workers*each*2)
+	}
+	last := map[string]string{}
+	for _, l := range readLines(t, path) {
+		var ev Event
+		if err := json.Unmarshal(l, &ev); err != nil || ev.Stage == "" {
+			continue
+		}
+		key := ev.SandboxID + ev.Path
+		if ev.Stage == StageCompletion && last[key] != string(StageDecision) {
+			t.Fatalf("completion of %s without its decision before it", key)
+		}
+		last[key] = string(ev.Stage)
+	}
+}
