@@ -60,8 +60,9 @@ func (o *OTel) ConnectionClosed() { o.T.Metrics().ConnClosed(context.Background(
 func (o *OTel) RequestStarted(ctx context.Context, r *http.Request) (context.Context, func(*audit.Event)) {
 	ctx, span := telemetry.StartRequestSpan(ctx, o.T.Tracer(), r, o.TrustClientTraceparent)
 	return ctx, func(ev *audit.Event) {
-		sc := span.SpanContext()
-		ev.TraceID, ev.SpanID = traceIDs(sc)
+		if ev.TraceID == "" { // the decision record set them already when there was one
+			ev.TraceID, ev.SpanID = traceIDs(span.SpanContext())
+		}
 		f := facts(ev)
 		telemetry.EndRequestSpan(span, f)
 		o.T.Metrics().RequestDone(ctx, f)
