@@ -60,12 +60,14 @@ type idleConn struct {
 // arm keeps the connection's deadline for one direction (*armed) at the earlier of set
 // (the HTTP server's own deadline, zero when none) and the idle timeout from now. Setting
 // a deadline costs a timer update in the runtime, and reads and writes come many to a
-// request: the idle deadline is moved only once it is less than the idle timeout away,
-// and then to the idle timeout plus a sixteenth, so a connection is closed after between
-// idle and 17/16 idle of silence, never sooner.
+// request: the idle deadline is moved only once it is less than the idle timeout away (or
+// further than 17/16 of it, as a later deadline of the server's leaves it), and then to
+// 17/16 of the idle timeout, so a silent connection is closed after between idle and 17/16
+// idle, never sooner and never later.
 func (c *idleConn) arm(armed *time.Time, set time.Time, apply func(time.Time) error) {
 	now := time.Now()
-	if !set.IsZero() && !set.After(now.Add(c.idle)) {
+	lo, hi := now.Add(c.idle), now.Add(c.idle+c.idle/16)
+	if !set.IsZero() && !set.After(lo) {
 		// The server's deadline comes first.
 		if !armed.Equal(set) {
 			*armed = set
@@ -73,15 +75,14 @@ func (c *idleConn) arm(armed *time.Time, set time.Time, apply func(time.Time) er
 		}
 		return
 	}
-	if !armed.IsZero() && !armed.Before(now.Add(c.idle)) && (set.IsZero() || !armed.After(set)) {
+	if !set.IsZero() && set.Before(hi) {
+		hi = set
+	}
+	if !armed.IsZero() && !armed.Before(lo) && !armed.After(hi) {
 		return
 	}
-	t := now.Add(c.idle + c.idle/16)
-	if !set.IsZero() && set.Before(t) {
-		t = set
-	}
-	*armed = t
-	_ = apply(t)
+	*armed = hi
+	_ = apply(hi)
 }
 
 func (c *idleConn) Close() error {

@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
 // tcpPair is a connected loopback pair: the accepted side wrapped as the proxy wraps
@@ -72,6 +75,25 @@ func TestIdleConnDeadlines(t *testing.T) {
 			t.Error("the timeout was not noted for the server-refusal record")
 		}
 	})
+	t.Run("a later deadline of the server's keeps the idle bound", func(t *testing.T) {
+		// Red team: a deadline of the server's later than the idle timeout (its
+		// ReadHeaderTimeout when that is the longer) was kept whole, and a silent client
+		// held the connection until it.
+		c, _ := tcpPair(t, idle)
+		c.SetReadDeadline(time.Now().Add(20 * idle))
+		buf := make([]byte, 1)
+		done := make(chan error, 1)
+		go func() { _, err := c.Read(buf); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read: %v", err)
+			}
+		case <-time.After(10 * idle):
+			c.Close()
+			t.Fatalf("a silent connection was still open after %s, ten times the idle timeout (the server's deadline was twenty)", 10*idle)
+		}
+	})
 	t.Run("the server's earlier deadline wins", func(t *testing.T) {
 		c, _ := tcpPair(t, time.Minute)
 		buf := make([]byte, 1)
@@ -97,4 +119,28 @@ func TestIdleConnDeadlines(t *testing.T) {
 		c.Close()
 		<-done
 	})
+}
+
+// End to end (red team): with idle_timeout below read_header_timeout, a client that sends
+// part of a request line and goes silent is closed at the idle timeout, not held (with
+// its MaxConnsPerListener slot) for the whole ReadHeaderTimeout.
+func TestSlowHeaderClosedAtIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	e := &env{}
+	e.start(t, Options{Decider: e2etest.Engine(t, testPolicy),
+		Limits: Limits{IdleTimeout: idle, ReadHeaderTimeout: 30 * time.Second}}, nil)
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("GET http://a.example/ HTTP/1.1\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	io.Copy(io.Discard, c) // until the proxy closes it
+	if held := time.Since(start); held > 10*time.Second {
+		t.Fatalf("a silent half-sent request held its connection %s; idle timeout %s, header timeout 30s", held, idle)
+	}
 }
