@@ -1,9 +1,12 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,4 +143,58 @@ func TestCompletionsAmongConcurrentDecisions(t *testing.T) {
 		}
 		last[key] = string(ev.Stage)
 	}
+}
+
+// A completion whose deferred write fails is not dropped silently (red team): nobody waits
+// for it, so the sink logs it, with the error, and Healthy reports the failure until a
+// write succeeds.
+func TestFailedCompletionWriteIsLogged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.jsonl")
+	logs := &syncBuffer{}
+	s := openSink(t, Options{Path: path, Fsync: FsyncNever, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	ctx := context.Background()
+	if err := s.Record(ctx, stagedEvent(1, StageDecision)); err != nil {
+		t.Fatal(err)
+	}
+	s.acquire()
+	_ = s.f.Close() // the next write fails, as on EIO or ENOSPC; the file is reopened after
+	s.release()
+	if err := s.Record(ctx, stagedEvent(1, StageCompletion)); err != nil {
+		t.Fatalf("a completion's Record does not wait for its write: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "audit completion records could not be written") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed completion write was not logged; Healthy %v; log %q", s.Healthy(), logs.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "count=1") {
+		t.Errorf("log does not count the lost record: %q", logs.String())
+	}
+	if s.Healthy() == nil {
+		t.Error("Healthy is nil right after a failed write")
+	}
+	if err := s.Record(ctx, stagedEvent(2, StageDecision)); err != nil {
+		t.Fatalf("the next decision, once the file is reopened: %v", err)
+	}
+	if s.Healthy() != nil {
+		t.Errorf("Healthy after a successful write: %v", s.Healthy())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *syncBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -81,6 +81,7 @@ type batch struct {
 	bodies  [][]byte // encoded events, in queue order
 	errs    []error  // set by the writer, one per body
 	waiters int      // callers waiting for this batch's outcome (not deferred completions)
+	later   []int    // indexes of the deferred completions (appendLater), whose errors nobody reads
 	done    chan struct{}
 	lead    chan struct{}
 	// A caller that finds the file free and nothing queued writes its event alone, in a
@@ -180,8 +181,9 @@ const CompletionWindow = time.Millisecond
 // within CompletionWindow, saving a write(2) on each request's way back. Under "always"
 // completions are appended like any record. A kill of airlock loses at most the
 // completions of the last CompletionWindow; a decision record is always in the file
-// before its request goes out. A write error reaches the next caller that waits (a
-// decision: its request is refused) and Healthy.
+// before its request goes out. A completion that cannot be written (block mode, or buffer
+// mode with the buffer full) is logged by the sink, with the error, as the proxy logged a
+// failed completion before; Healthy reports the failure until a write succeeds.
 func (s *Sink) appendLater(body []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -191,6 +193,7 @@ func (s *Sink) appendLater(body []byte) error {
 	if s.pending == nil {
 		s.pending = &batch{}
 	}
+	s.pending.later = append(s.pending.later, len(s.pending.bodies))
 	s.pending.bodies = append(s.pending.bodies, body)
 	s.scheduleFlushLocked()
 	return nil
@@ -311,6 +314,20 @@ func (s *Sink) append(body []byte) error {
 	return b.errs[i]
 }
 
+// reportLost logs the deferred completions of a committed batch that could not be
+// written: nobody waits for their outcome (red team: they were dropped silently).
+func (s *Sink) reportLost(b *batch) {
+	lost, why := 0, error(nil)
+	for _, i := range b.later {
+		if b.errs[i] != nil {
+			lost, why = lost+1, b.errs[i]
+		}
+	}
+	if lost > 0 {
+		s.log.Error("audit completion records could not be written; their decisions stand without completion", "count", lost, "err", why)
+	}
+}
+
 // settleLocked publishes a committed batch's outcome (Healthy, its waiters) and releases
 // the writer role.
 func (s *Sink) settleLocked(b *batch) {
@@ -321,6 +338,7 @@ func (s *Sink) settleLocked(b *batch) {
 			break
 		}
 	}
+	s.reportLost(b)
 	if b.done != nil {
 		close(b.done)
 	}
@@ -361,6 +379,7 @@ func (s *Sink) Close() error {
 	var errs []error
 	if b != nil {
 		s.commit(b)
+		s.reportLost(b)
 	}
 	if len(s.buf) > 0 {
 		if err := s.flushBuffer(); err != nil {
