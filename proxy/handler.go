@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 
 	"github.com/elazarl/goproxy"
@@ -248,7 +250,7 @@ func auditUnavailable() refusal {
 		reason: "the audit log cannot be written, so nothing is let through; tell the operator", class: "audit"}
 }
 
-func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
+func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (outReq *http.Request, outResp *http.Response) {
 	var id identity.Identity
 	tun, inTunnel := ctx.UserData.(*tunnel)
 	if inTunnel {
@@ -257,6 +259,16 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 		id, _ = identityFrom(r.Context())
 	}
 	st := p.begin(r.Context(), r, id, string(rego.PhaseRequest))
+	defer func() {
+		// A request inside an intercepted tunnel is served in goproxy's goroutine, which
+		// recovers nothing: a panic here would end the process, and every sandbox's egress
+		// with it (red team). It refuses the request instead.
+		if v := recover(); v != nil {
+			ctx.RoundTripper = nil
+			p.logPanic(v)
+			outReq, outResp = refuseRequest(st, r, internalFailure())
+		}
+	}()
 	refuse := func(f refusal) (*http.Request, *http.Response) { return refuseRequest(st, r, f) }
 	if inTunnel && headerBytes(r) > p.opts.Limits.MaxHeaderBytes {
 		// Requests inside a tunnel are read by goproxy, not by http.Server: its header limit
@@ -336,6 +348,22 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Req
 func headersTooLarge(max int) refusal {
 	return refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: event.DecisionDeny, rule: "limits.header",
 		reason: "the request headers exceed the proxy's limit of " + strconv.Itoa(max) + " bytes", class: "limit"}
+}
+
+// internalFailure answers a request whose handling failed inside airlock (a recovered
+// panic): nothing was sent.
+//
+//go:noinline
+func internalFailure() refusal {
+	return refusal{status: http.StatusInternalServerError, decision: event.DecisionError, rule: "internal",
+		reason: "airlock failed while handling this request (the operator's log says why); nothing was sent", class: "internal"}
+}
+
+// logPanic logs a recovered panic: its value (bounded) and where it happened.
+//
+//go:noinline
+func (p *Proxy) logPanic(v any) {
+	p.log.Error("panic while handling a request; refused", "panic", fmt.Sprintf("%.200v", v), "stack", string(debug.Stack()))
 }
 
 // refuseRequest records f and answers r with it (out of line, as the constructors above).

@@ -28,6 +28,9 @@ var ErrNoDecision = errors.New("policy made no decision (data.airlock.decision i
 // ErrTimeout is returned when an evaluation takes longer than Options.Timeout.
 var ErrTimeout = errors.New("policy evaluation timed out")
 
+// ErrPanicked is returned when OPA panicked evaluating an input: the request is refused.
+var ErrPanicked = errors.New("policy evaluation failed on this input (an internal error, logged)")
+
 // Options configure an Engine. The zero value evaluates the shipped policy.
 type Options struct {
 	// Dir is a policy directory: .rego files (with their _test.rego tests) and data.json /
@@ -196,7 +199,17 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 // keep-alive connection keeps the stack its request grew).
 //
 //go:noinline
-func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, explain, cached bool, key cacheKey) (Decision, string, error) {
+func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, explain, cached bool, key cacheKey) (dec Decision, trace string, err error) {
+	defer func() {
+		// OPA panics on some values (red team: a number past math/big's exponent limit in
+		// a comparison). Whatever the cause, the evaluation fails, and the request with it,
+		// instead of the process: a request the proxy serves inside an intercepted tunnel
+		// runs in a goroutine that nothing else recovers.
+		if v := recover(); v != nil {
+			e.log.Error("policy evaluation panicked; refused", "revision", snap.revision, "panic", fmt.Sprintf("%.200v", v))
+			dec, trace, err = Decision{}, "", fmt.Errorf("evaluate policy %s: %w", snap.revision, ErrPanicked)
+		}
+	}()
 	// One Cancel serves both the caller's context and the per-evaluation timeout; this avoids
 	// the goroutine OPA would start per evaluation to watch the context.
 	cancel := topdown.NewCancel()
@@ -223,12 +236,11 @@ func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, expla
 	}
 	var result *ast.Term
 	n := 0
-	err := q.Iter(ctx, func(qr topdown.QueryResult) error {
+	err = q.Iter(ctx, func(qr topdown.QueryResult) error {
 		result = qr[resultVar]
 		n++
 		return nil
 	})
-	trace := ""
 	if buf != nil {
 		var sb strings.Builder
 		topdown.PrettyTraceWithLocation(&sb, *buf)
@@ -246,8 +258,7 @@ func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, expla
 	case n > 1:
 		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %d decisions, want one", snap.revision, n)
 	}
-	t := result
-	d, err := parseDecision(t.Value)
+	d, err := parseDecision(result.Value)
 	if err != nil {
 		e.log.Warn("policy returned a malformed decision; denied", "revision", snap.revision, "rule", d.Rule, "err", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-proxy/airlock/internal/jsondoc"
 )
 
 func connectInput(host string, port int) *Input {
@@ -400,5 +402,39 @@ else := {"action": "allow", "rule": "amount.ok"}
 		if d.Rule != tc.rule {
 			t.Errorf("amount %.20s: rule %q, want %q", tc.amount, d.Rule, tc.rule)
 		}
+	}
+}
+
+// Red team: a number past math/big's exponent limit made OPA panic comparing it, and the
+// panic killed airlock. jsondoc now refuses such numbers (MaxNumberScale); an input that
+// holds one anyway (or anything else OPA panics on) fails the evaluation, closed.
+func TestPanickingEvaluationFailsClosed(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"p.rego": `package airlock
+
+decision := {"action": "deny", "rule": "amount.limit"} if input.request.body.amount > 100
+else := {"action": "allow", "rule": "amount.ok"}
+`})
+	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout, NoDecisionCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jsondoc.Parse([]byte(`{"amount":1e9999999}`), 0); !errors.Is(err, jsondoc.ErrNumberRange) {
+		t.Fatalf("jsondoc.Parse(1e9999999): %v, want ErrNumberRange", err)
+	}
+	in := requestInput("POST", "a.example", "/")
+	in.Request.Body = mustJSON(t, `{"amount":1}`)
+	in.Request.Body.Elems[0].Str = "1e9999999" // past Parse's bound, as if it had let it in
+	d, err := e.Decide(context.Background(), in)
+	if !errors.Is(err, ErrPanicked) {
+		t.Fatalf("Decide = %+v, %v; want ErrPanicked", d, err)
+	}
+	if d.Allows() {
+		t.Error("a failed evaluation allows")
+	}
+	// The engine goes on deciding.
+	in.Request.Body = mustJSON(t, `{"amount":1e4000}`)
+	if d, err := e.Decide(context.Background(), in); err != nil || d.Rule != "amount.limit" {
+		t.Errorf("after the panic, 1e4000: %+v, %v; want amount.limit", d, err)
 	}
 }

@@ -84,7 +84,15 @@ var (
 	ErrDuplicateKey = errors.New("duplicate object key")
 	ErrInvalidUTF8  = errors.New("invalid UTF-8")
 	ErrTooDeep      = errors.New("nesting too deep")
+	ErrNumberRange  = errors.New("number out of range")
 )
+
+// MaxNumberScale bounds a number's size: its mantissa digits plus its exponent's
+// magnitude. Numbers reach the policy as literals (arbitrary precision), and OPA's
+// comparisons of huge ones cost time without bound or panic (1e9999999: math/big refuses
+// the exponent, and OPA panics on that); 4096 keeps every float64 and integers of
+// thousands of digits.
+const MaxNumberScale = 4096
 
 // SyntaxError says what is wrong and at which byte offset.
 type SyntaxError struct {

@@ -26,6 +26,8 @@ func TestParseAccepts(t *testing.T) {
 		// it), so Parse accepts what a float64 cannot hold.
 		{`1e400`, json.Number("1e400")},
 		{strings.Repeat("8", 320), json.Number(strings.Repeat("8", 320))},
+		{`1e4000`, json.Number("1e4000")}, // within MaxNumberScale
+		{`-1.5e-4000`, json.Number("-1.5e-4000")},
 	}
 	for _, tc := range tests {
 		v, err := Parse([]byte(tc.in), 0)
@@ -96,6 +98,14 @@ func TestParseRefuses(t *testing.T) {
 		{"too deep", strings.Repeat("[", 200) + strings.Repeat("]", 200), ErrTooDeep, "nesting"},
 		{"empty", ``, nil, "end of input"},
 		{"unterminated", `"abc`, nil, "unterminated"},
+		// Red team: 1e9999999 in a body made OPA panic comparing it (math/big refuses the
+		// exponent), which killed airlock from inside goproxy's interception goroutine.
+		{"huge exponent", `{"amount":1e9999999}`, ErrNumberRange, "out of range"},
+		{"huge negative exponent", `[1e-9999999]`, ErrNumberRange, "out of range"},
+		{"negative huge", `-1e4096`, ErrNumberRange, "exceed 4096"},
+		{"huge exponent overflowing int", `1e99999999999999999999999999`, ErrNumberRange, "out of range"},
+		{"many digits", strings.Repeat("9", 5000), ErrNumberRange, "out of range"},
+		{"many fraction digits", "0." + strings.Repeat("1", 4100), ErrNumberRange, "out of range"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -191,6 +191,7 @@ func (p *parser) array(depth int) ([]Value, error) {
 
 // number checks RFC 8259's grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 func (p *parser) number() error {
+	start := p.i
 	digits := func() int {
 		n := 0
 		for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
@@ -202,25 +203,42 @@ func (p *parser) number() error {
 	if p.b[p.i] == '-' {
 		p.i++
 	}
+	mantissa := 1
 	if p.i < len(p.b) && p.b[p.i] == '0' {
 		p.i++
-	} else if digits() == 0 {
+	} else if mantissa = digits(); mantissa == 0 {
 		return p.fail("invalid number", nil)
 	}
 	if p.i < len(p.b) && p.b[p.i] == '.' {
 		p.i++
-		if digits() == 0 {
+		n := digits()
+		if n == 0 {
 			return p.fail("invalid number: no digits after '.'", nil)
 		}
+		mantissa += n
 	}
+	exp := 0
 	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
 		p.i++
 		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
 			p.i++
 		}
+		from := p.i
 		if digits() == 0 {
 			return p.fail("invalid number: no digits in exponent", nil)
 		}
+		for _, c := range p.b[from:p.i] {
+			if exp = exp*10 + int(c-'0'); exp > MaxNumberScale {
+				break
+			}
+		}
+	}
+	if mantissa+exp > MaxNumberScale {
+		at := p.i
+		p.i = start
+		err := p.fail(fmt.Sprintf("number of %d bytes is out of range: its digits and exponent exceed %d", at-start, MaxNumberScale), ErrNumberRange)
+		p.i = at
+		return err
 	}
 	return nil
 }
