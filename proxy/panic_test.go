@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-proxy/airlock/rego"
+	"github.com/airlock-proxy/airlock/secrets"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
@@ -98,6 +99,35 @@ func TestPanicInTunnelRefusesTheRequest(t *testing.T) {
 	var found bool
 	for _, ev := range e.audit.Events() {
 		found = found || ev.Path == "/boom" && ev.Rule == "internal" && ev.Status == 500
+	}
+	if !found {
+		t.Error("the refused request has no audit record with rule internal")
+	}
+}
+
+// panickyCreds panics attaching: a panic on the way upstream, after the decision record.
+type panickyCreds struct{}
+
+func (panickyCreds) Attach(context.Context, secrets.AttachRequest) (secrets.Scrubber, error) {
+	panic("attach boom")
+}
+
+// The same once the request is on its way upstream (its round trip, also in goproxy's
+// goroutine inside a tunnel): refused with 500, recorded, and the proxy serves on.
+func TestPanicForwardingInTunnelRefusesTheRequest(t *testing.T) {
+	up, pool := tunnelUpstream(t)
+	e := &env{}
+	e.start(t, Options{Decider: panicky{rego.Decision{Action: rego.ActionAllow, Rule: "t.allow", Credentials: []string{"tok"}}},
+		Credentials: panickyCreds{}, UpstreamCAs: pool}, nil)
+	c := e.client(nil)
+	c.Timeout = 10 * time.Second
+	status, body := postJSON(t, c, up.URL+"/pay", `{}`)
+	if status != http.StatusInternalServerError || !strings.Contains(body, "airlock failed while forwarding") {
+		t.Errorf("request whose credential attach panics: %d %s, want 500", status, body)
+	}
+	var found bool
+	for _, ev := range e.audit.Events() {
+		found = found || ev.Path == "/pay" && ev.Rule == "internal" && ev.Status == 500
 	}
 	if !found {
 		t.Error("the refused request has no audit record with rule internal")

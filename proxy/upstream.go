@@ -113,8 +113,15 @@ type upstream struct {
 	st *reqState
 }
 
-func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Response, error) {
+func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (outResp *http.Response, outErr error) {
 	p, st := u.p, u.st
+	defer func() {
+		// As in handleRequest: inside an intercepted tunnel a panic would end the process.
+		if v := recover(); v != nil {
+			p.logPanic(v)
+			outResp, outErr = failUpstream(st, req, internalFailureForwarding())
+		}
+	}()
 	fail := func(f refusal) (*http.Response, error) { return failUpstream(st, req, f) }
 	if err := st.recordDecision(); err != nil {
 		return fail(auditUnavailable()) // nothing is sent unless its decision is on record
@@ -173,6 +180,15 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (*http.Re
 // locals (refusals, log arguments) would otherwise sit in RoundTrip's frame, which is on
 // every request's stack beneath the audit record's encoding, its deepest point. An idle
 // keep-alive connection keeps the stack its request grew.
+
+// internalFailureForwarding is internalFailure once the request may have been sent.
+//
+//go:noinline
+func internalFailureForwarding() refusal {
+	f := internalFailure()
+	f.reason = "airlock failed while forwarding this request (the operator's log says why); it may have reached the upstream, its answer was discarded"
+	return f
+}
 
 // failUpstream records f and answers req with it.
 //
