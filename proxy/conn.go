@@ -85,14 +85,29 @@ func (c *idleConn) arm(armed *time.Time, set time.Time, apply func(time.Time) er
 	_ = apply(hi)
 }
 
+// touch counts activity on the exchange the connection serves (bytes of its response
+// arriving from upstream) as activity on the connection.
+func (c *idleConn) touch() {
+	c.mu.Lock()
+	c.arm(&c.readArmed, c.readDeadline, c.Conn.SetReadDeadline)
+	c.arm(&c.writeArmed, c.writeDeadline, c.Conn.SetWriteDeadline)
+	c.mu.Unlock()
+}
+
 func (c *idleConn) Close() error {
 	c.once.Do(c.release)
 	return c.Conn.Close()
 }
 
+// Read and Write each count as activity for both directions, and so does a response's
+// body arriving from upstream (touch): a response streaming to a client with nothing more
+// to send keeps the connection (red team: net/http's background read of the client,
+// pending while a response streamed, hit the idle deadline and canceled the request
+// mid-stream, cutting the body without an error).
 func (c *idleConn) Read(b []byte) (int, error) {
 	c.mu.Lock()
 	c.arm(&c.readArmed, c.readDeadline, c.Conn.SetReadDeadline)
+	c.arm(&c.writeArmed, c.writeDeadline, c.Conn.SetWriteDeadline)
 	c.mu.Unlock()
 	n, err := c.Conn.Read(b)
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
@@ -104,6 +119,7 @@ func (c *idleConn) Read(b []byte) (int, error) {
 func (c *idleConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	c.arm(&c.writeArmed, c.writeDeadline, c.Conn.SetWriteDeadline)
+	c.arm(&c.readArmed, c.readDeadline, c.Conn.SetReadDeadline)
 	c.mu.Unlock()
 	c.watch.wrote(b)
 	return c.Conn.Write(b)

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/testkit/e2etest"
 )
 
@@ -142,5 +145,37 @@ func TestSlowHeaderClosedAtIdleTimeout(t *testing.T) {
 	io.Copy(io.Discard, c) // until the proxy closes it
 	if held := time.Since(start); held > 10*time.Second {
 		t.Fatalf("a silent half-sent request held its connection %s; idle timeout %s, header timeout 30s", held, idle)
+	}
+}
+
+// Red team: a plain-HTTP request whose response streams for longer than the idle timeout,
+// to a client that has nothing more to send, was cut at the idle timeout without an error
+// (net/http's background read of the client ran under the idle read deadline, timed out,
+// and canceled the request). Writes now count as activity for reads too.
+func TestStreamingResponseOutlivesIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i < 20; i++ { // 2s of output, a chunk every 100ms
+			if _, err := w.Write([]byte("0123456789\n")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(up.Close)
+	e := &env{}
+	e.start(t, Options{Decider: panicky{rego.Decision{Action: rego.ActionAllow, Rule: "t.allow"}},
+		Limits: Limits{IdleTimeout: idle}}, nil)
+	c := e.client(nil)
+	c.Timeout = 10 * time.Second
+	resp, err := c.Get(up.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if len(b) != 20*11 {
+		t.Fatalf("a live streaming response was cut after %d of %d bytes (err %v); idle timeout %s, a chunk every 100ms", len(b), 20*11, err, idle)
 	}
 }

@@ -133,3 +133,46 @@ func TestPanicForwardingInTunnelRefusesTheRequest(t *testing.T) {
 		t.Error("the refused request has no audit record with rule internal")
 	}
 }
+
+// panicBody panics on its first Read: a fault in the streamed response path (scrubber,
+// recordingBody), which runs after upstream.RoundTrip returned, outside its recover.
+type panicBody struct{}
+
+func (panicBody) Read([]byte) (int, error) { panic("body boom") }
+func (panicBody) Close() error             { return nil }
+
+type panicScrubber struct{}
+
+func (panicScrubber) ScrubResponse(resp *http.Response) error { resp.Body = panicBody{}; return nil }
+func (panicScrubber) ScrubHead(*http.Response)                {}
+func (panicScrubber) ScrubString(s string) string             { return s }
+func (panicScrubber) Reader(io.ReadCloser) io.ReadCloser      { return panicBody{} }
+func (panicScrubber) Redactions() int64                       { return 0 }
+
+type panicScrubCreds struct{}
+
+func (panicScrubCreds) Attach(context.Context, secrets.AttachRequest) (secrets.Scrubber, error) {
+	return panicScrubber{}, nil
+}
+
+// Red team: a panic while the response body streams to the sandbox inside an intercepted
+// tunnel (goproxy's goroutine, after RoundTrip returned) ended the whole process. Now that
+// response fails and the proxy serves on. (When broken, this test crashes the test binary.)
+func TestPanicStreamingResponseInTunnel(t *testing.T) {
+	up, pool := tunnelUpstream(t)
+	e := &env{}
+	e.start(t, Options{Decider: panicky{rego.Decision{Action: rego.ActionAllow, Rule: "t.allow", Credentials: []string{"tok"}}},
+		Credentials: panicScrubCreds{}, UpstreamCAs: pool}, nil)
+	c := e.client(nil)
+	c.Timeout = 5 * time.Second
+	resp, err := c.Get(up.URL + "/x")
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	resp, err = c.Get(up.URL + "/y")
+	if err != nil {
+		t.Fatalf("the proxy no longer serves after a panic streaming a response: %v", err)
+	}
+	resp.Body.Close()
+}

@@ -163,7 +163,8 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (outResp 
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return st.switched(req, resp, fail)
 	}
-	resp.Body = &recordingBody{ReadCloser: resp.Body, onClose: func(n int64, cut string) {
+	client, _ := req.Context().Value(connKey).(*idleConn)
+	resp.Body = &recordingBody{ReadCloser: resp.Body, onPanic: p.logPanic, client: client, onClose: func(n int64, cut string) {
 		st.ev.BytesOut = n
 		if cut != "" {
 			// The status line went out: the stream is cut instead, which the client sees as a
@@ -317,10 +318,26 @@ type recordingBody struct {
 	cut     string // what the scrubber refused in the middle of the body
 	closed  bool
 	onClose func(n int64, cut string)
+	onPanic func(any) // logs a panic of the body's readers (the scrubber's, the transport's)
+	client  *idleConn // the client's connection, when known: bytes arriving keep it open
 }
 
-func (b *recordingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
+// errBodyFailed ends a response body whose reading panicked: the client sees a broken
+// response, and the process goes on (red team: inside an intercepted tunnel the body is
+// streamed from goproxy's goroutine, which recovers nothing).
+var errBodyFailed = errors.New("airlock failed while streaming the response (logged)")
+
+func (b *recordingBody) Read(p []byte) (n int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			b.onPanic(v)
+			n, err = 0, errBodyFailed
+		}
+	}()
+	n, err = b.ReadCloser.Read(p)
+	if n > 0 && b.client != nil {
+		b.client.touch()
+	}
 	b.n += int64(n)
 	var ue *secrets.UninspectableError
 	if err != nil && b.cut == "" && errors.As(err, &ue) {
@@ -329,8 +346,14 @@ func (b *recordingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *recordingBody) Close() error {
-	err := b.ReadCloser.Close()
+func (b *recordingBody) Close() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			b.onPanic(v)
+			err = errBodyFailed
+		}
+	}()
+	err = b.ReadCloser.Close()
 	if !b.closed {
 		b.closed = true
 		b.onClose(b.n, b.cut)
