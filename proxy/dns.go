@@ -81,10 +81,21 @@ func serveDNS(pc net.PacketConn, names *fakeNames) {
 			}
 			return
 		}
-		if resp := answerDNS(buf[:n], names); resp != nil {
+		if resp := answerDNSSafely(buf[:n], names); resp != nil {
 			_, _ = pc.WriteTo(resp, from)
 		}
 	}
+}
+
+// answerDNSSafely is answerDNS, a query it panics on left unanswered: a sandbox's packet
+// must not end the process (this runs in a goroutine nothing else recovers).
+func answerDNSSafely(query []byte, names *fakeNames) (resp []byte) {
+	defer func() {
+		if recover() != nil {
+			resp = nil
+		}
+	}()
+	return answerDNS(query, names)
 }
 
 // answerDNS builds the answer to one query: an A record from fakeRange for any name (and

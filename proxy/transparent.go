@@ -65,6 +65,14 @@ func (p *Proxy) AttachTransparent(tcp []net.Listener, dns []net.PacketConn, id i
 				open[c] = struct{}{}
 				mu.Unlock()
 				go func() {
+					defer func() {
+						// Nothing else recovers in this goroutine: a panic ends this
+						// connection, not the process.
+						if v := recover(); v != nil {
+							p.logPanic(v)
+							c.Close()
+						}
+					}()
 					p.opts.Telemetry.ConnectionOpened()
 					p.serveTransparent(ctx, c, id, names, func() {
 						mu.Lock()
