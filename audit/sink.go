@@ -171,82 +171,6 @@ func (s *Sink) Record(ctx context.Context, ev *Event) error {
 	return s.append(body)
 }
 
-// CompletionWindow bounds how long a completion record waits to be written (every fsync
-// setting but "always"): it goes with the next write (another request's decision record,
-// typically), or at most this long after its Record returned.
-const CompletionWindow = time.Millisecond
-
-// appendLater queues a completion record and returns at once: nothing waits on it (the
-// response has gone to the client), so it is written with the next batch, or by flushLoop
-// within CompletionWindow, saving a write(2) on each request's way back. Under "always"
-// completions are appended like any record. A kill of airlock loses at most the
-// completions of the last CompletionWindow; a decision record is always in the file
-// before its request goes out. A completion that cannot be written (block mode, or buffer
-// mode with the buffer full) is logged by the sink, with the error, as the proxy logged a
-// failed completion before; Healthy reports the failure until a write succeeds.
-func (s *Sink) appendLater(body []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if s.pending == nil {
-		s.pending = &batch{}
-	}
-	s.pending.later = append(s.pending.later, len(s.pending.bodies))
-	s.pending.bodies = append(s.pending.bodies, body)
-	s.scheduleFlushLocked()
-	return nil
-}
-
-// scheduleFlushLocked wakes flushLoop for what waits in pending, unless a writer is at
-// work (its release hands pending on or schedules this again) or it is already awake.
-func (s *Sink) scheduleFlushLocked() {
-	if s.writing || s.flushing {
-		return
-	}
-	s.flushing = true
-	select {
-	case s.later <- struct{}{}:
-	default:
-	}
-}
-
-// flushLoop writes completion records left in pending when no request's decision record
-// came to take them within CompletionWindow.
-func (s *Sink) flushLoop() {
-	defer s.wg.Done()
-	t := time.NewTimer(CompletionWindow)
-	t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return // Close writes what is pending
-		case <-s.later:
-		}
-		t.Reset(CompletionWindow)
-		select {
-		case <-s.stop:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		s.mu.Lock()
-		s.flushing = false
-		b := s.pending
-		if b == nil || s.writing {
-			s.mu.Unlock() // taken by a writer, or its release schedules this again
-			continue
-		}
-		s.pending, s.writing = nil, true
-		s.mu.Unlock()
-		s.commit(b)
-		s.mu.Lock()
-		s.settleLocked(b)
-		s.mu.Unlock()
-	}
-}
-
 // encodeRecord is the line body of a sanitized copy of ev, its Time and ID filled in.
 // The copy comes from a pool, not the stack: an Event is large, and this is the deepest
 // point of a request's stack (recorded from inside the upstream round trip), where a copy
@@ -312,20 +236,6 @@ func (s *Sink) append(body []byte) error {
 	s.settleLocked(b)
 	s.mu.Unlock()
 	return b.errs[i]
-}
-
-// reportLost logs the deferred completions of a committed batch that could not be
-// written: nobody waits for their outcome (red team: they were dropped silently).
-func (s *Sink) reportLost(b *batch) {
-	lost, why := 0, error(nil)
-	for _, i := range b.later {
-		if b.errs[i] != nil {
-			lost, why = lost+1, b.errs[i]
-		}
-	}
-	if lost > 0 {
-		s.log.Error("audit completion records could not be written; their decisions stand without completion", "count", lost, "err", why)
-	}
 }
 
 // settleLocked publishes a committed batch's outcome (Healthy, its waiters) and releases

@@ -64,8 +64,7 @@ type idleConn struct {
 // further than 17/16 of it, as a later deadline of the server's leaves it), and then to
 // 17/16 of the idle timeout, so a silent connection is closed after between idle and 17/16
 // idle, never sooner and never later.
-func (c *idleConn) arm(armed *time.Time, set time.Time, apply func(time.Time) error) {
-	now := time.Now()
+func (c *idleConn) arm(now time.Time, armed *time.Time, set time.Time, apply func(time.Time) error) {
 	lo, hi := now.Add(c.idle), now.Add(c.idle+c.idle/16)
 	if !set.IsZero() && !set.After(lo) {
 		// The server's deadline comes first.
@@ -85,12 +84,13 @@ func (c *idleConn) arm(armed *time.Time, set time.Time, apply func(time.Time) er
 	_ = apply(hi)
 }
 
-// touch counts activity on the exchange the connection serves (bytes of its response
-// arriving from upstream) as activity on the connection.
+// touch counts activity on the connection, or on the exchange it serves (bytes of its
+// response arriving from upstream), for both directions.
 func (c *idleConn) touch() {
+	now := time.Now()
 	c.mu.Lock()
-	c.arm(&c.readArmed, c.readDeadline, c.Conn.SetReadDeadline)
-	c.arm(&c.writeArmed, c.writeDeadline, c.Conn.SetWriteDeadline)
+	c.arm(now, &c.readArmed, c.readDeadline, c.Conn.SetReadDeadline)
+	c.arm(now, &c.writeArmed, c.writeDeadline, c.Conn.SetWriteDeadline)
 	c.mu.Unlock()
 }
 
@@ -105,10 +105,7 @@ func (c *idleConn) Close() error {
 // pending while a response streamed, hit the idle deadline and canceled the request
 // mid-stream, cutting the body without an error).
 func (c *idleConn) Read(b []byte) (int, error) {
-	c.mu.Lock()
-	c.arm(&c.readArmed, c.readDeadline, c.Conn.SetReadDeadline)
-	c.arm(&c.writeArmed, c.writeDeadline, c.Conn.SetWriteDeadline)
-	c.mu.Unlock()
+	c.touch()
 	n, err := c.Conn.Read(b)
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		c.watch.timedOut.Store(true)
@@ -117,10 +114,7 @@ func (c *idleConn) Read(b []byte) (int, error) {
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
-	c.mu.Lock()
-	c.arm(&c.writeArmed, c.writeDeadline, c.Conn.SetWriteDeadline)
-	c.arm(&c.readArmed, c.readDeadline, c.Conn.SetReadDeadline)
-	c.mu.Unlock()
+	c.touch()
 	c.watch.wrote(b)
 	return c.Conn.Write(b)
 }

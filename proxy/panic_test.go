@@ -70,6 +70,17 @@ else := {"action": "allow", "rule": "amount.ok"}
 	}
 }
 
+// wantInternalRecord wants an audit record of path refused with 500 `internal`.
+func wantInternalRecord(t *testing.T, e *env, path string) {
+	t.Helper()
+	for _, ev := range e.audit.Events() {
+		if ev.Path == path && ev.Rule == "internal" && ev.Status == 500 {
+			return
+		}
+	}
+	t.Errorf("the refused request to %s has no audit record with rule internal", path)
+}
+
 // panicky panics deciding requests (not CONNECTs): whatever panics while a request is
 // handled inside a tunnel.
 type panicky struct{ rego.Decision }
@@ -96,13 +107,7 @@ func TestPanicInTunnelRefusesTheRequest(t *testing.T) {
 	if status, body := postJSON(t, c, up.URL+"/fine", `{}`); status != http.StatusOK {
 		t.Errorf("next request: %d %s, want 200", status, body)
 	}
-	var found bool
-	for _, ev := range e.audit.Events() {
-		found = found || ev.Path == "/boom" && ev.Rule == "internal" && ev.Status == 500
-	}
-	if !found {
-		t.Error("the refused request has no audit record with rule internal")
-	}
+	wantInternalRecord(t, e, "/boom")
 }
 
 // panickyCreds panics attaching: a panic on the way upstream, after the decision record.
@@ -125,13 +130,7 @@ func TestPanicForwardingInTunnelRefusesTheRequest(t *testing.T) {
 	if status != http.StatusInternalServerError || !strings.Contains(body, "airlock failed while forwarding") {
 		t.Errorf("request whose credential attach panics: %d %s, want 500", status, body)
 	}
-	var found bool
-	for _, ev := range e.audit.Events() {
-		found = found || ev.Path == "/pay" && ev.Rule == "internal" && ev.Status == 500
-	}
-	if !found {
-		t.Error("the refused request has no audit record with rule internal")
-	}
+	wantInternalRecord(t, e, "/pay")
 }
 
 // panicBody panics on its first Read: a fault in the streamed response path (scrubber,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -145,4 +146,47 @@ func redactedURL(r *http.Request) string {
 		u.RawQuery = redact.Query(u.RawQuery)
 	}
 	return u.String()
+}
+
+//go:noinline
+func headersTooLarge(max int) refusal {
+	return refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: event.DecisionDeny, rule: "limits.header",
+		reason: "the request headers exceed the proxy's limit of " + strconv.Itoa(max) + " bytes", class: "limit"}
+}
+
+// internalFailure answers a request whose handling failed inside airlock (a recovered
+// panic): nothing was sent.
+//
+//go:noinline
+func internalFailure() refusal {
+	return refusal{status: http.StatusInternalServerError, decision: event.DecisionError, rule: "internal",
+		reason: "airlock failed while handling this request (the operator's log says why); nothing was sent", class: "internal"}
+}
+
+// logPanic logs a recovered panic: its value (bounded) and where it happened.
+//
+//go:noinline
+func (p *Proxy) logPanic(v any) {
+	p.log.Error("panic while handling a request; refused", "panic", fmt.Sprintf("%.200v", v), "stack", string(debug.Stack()))
+}
+
+// refuseRequest records f and answers r with it (out of line, as the constructors above).
+//
+//go:noinline
+func refuseRequest(st *reqState, r *http.Request, f refusal) (*http.Request, *http.Response) {
+	st.refuse(r.Context(), f)
+	return r, f.response(r)
+}
+
+// logPolicyFailure and logReportOnly are out of line: a log call's arguments take a slot of
+// handleRequest's frame each, and that frame is on every request's stack.
+//
+//go:noinline
+func (p *Proxy) logPolicyFailure(sandbox, host string, err error) {
+	p.log.Error("policy evaluation failed", "phase", "request", "sandbox", sandbox, "host", host, "err", err)
+}
+
+//go:noinline
+func (p *Proxy) logReportOnly(sandbox, method string, t *target, rule string) {
+	p.log.Warn("report-only: letting a denied request through", "sandbox", sandbox, "method", method, "host", t.host, "path", t.path, "rule", rule)
 }

@@ -373,9 +373,9 @@ decision := {"action": "deny", "rule": "exec.rm", "reason": "no rm"} if {
 	}
 }
 
-// A body number beyond float64's range is valid JSON that the upstream may read; the policy
-// sees its literal and compares it as a number, so a limit written in the policy holds.
-func TestHugeBodyNumbersCompareAsNumbers(t *testing.T) {
+// amountLimitEngine decides on a body's number: deny above 100 (no decision cache).
+func amountLimitEngine(t *testing.T) *Engine {
+	t.Helper()
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"p.rego": `package airlock
 
@@ -386,6 +386,13 @@ else := {"action": "allow", "rule": "amount.ok"}
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+// A body number beyond float64's range is valid JSON that the upstream may read; the policy
+// sees its literal and compares it as a number, so a limit written in the policy holds.
+func TestHugeBodyNumbersCompareAsNumbers(t *testing.T) {
+	e := amountLimitEngine(t)
 	for _, tc := range []struct{ amount, rule string }{
 		{"1e400", "amount.limit"},
 		{strings.Repeat("8", 320), "amount.limit"},
@@ -409,16 +416,7 @@ else := {"action": "allow", "rule": "amount.ok"}
 // panic killed airlock. jsondoc now refuses such numbers (MaxNumberScale); an input that
 // holds one anyway (or anything else OPA panics on) fails the evaluation, closed.
 func TestPanickingEvaluationFailsClosed(t *testing.T) {
-	dir := t.TempDir()
-	writeFiles(t, dir, map[string]string{"p.rego": `package airlock
-
-decision := {"action": "deny", "rule": "amount.limit"} if input.request.body.amount > 100
-else := {"action": "allow", "rule": "amount.ok"}
-`})
-	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout, NoDecisionCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := amountLimitEngine(t)
 	if _, err := jsondoc.Parse([]byte(`{"amount":1e9999999}`), 0); !errors.Is(err, jsondoc.ErrNumberRange) {
 		t.Fatalf("jsondoc.Parse(1e9999999): %v, want ErrNumberRange", err)
 	}
