@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlock-proxy/airlock/internal/event"
+	"github.com/airlock-proxy/airlock/internal/panicinfo"
 	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
@@ -167,7 +168,7 @@ func internalFailure() refusal {
 //
 //go:noinline
 func (p *Proxy) logPanic(v any) {
-	p.log.Error("panic while handling a request; refused", "panic", fmt.Sprintf("%.200v", v), "stack", string(debug.Stack()))
+	p.log.Error("panic while handling a request; refused", "panic", panicinfo.Describe(v), "stack", string(debug.Stack()))
 }
 
 // refuseRequest records f and answers r with it (out of line, as the constructors above).

@@ -14,6 +14,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/airlock-proxy/airlock/internal/panicinfo"
 )
 
 // Defaults for Options.
@@ -206,7 +208,7 @@ func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, expla
 		// instead of the process: a request the proxy serves inside an intercepted tunnel
 		// runs in a goroutine that nothing else recovers.
 		if v := recover(); v != nil {
-			e.log.Error("policy evaluation panicked; refused", "revision", snap.revision, "panic", fmt.Sprintf("%.200v", v))
+			e.log.Error("policy evaluation panicked; refused", "revision", snap.revision, "panic", panicinfo.Describe(v))
 			dec, trace, err = Decision{}, "", fmt.Errorf("evaluate policy %s: %w", snap.revision, ErrPanicked)
 		}
 	}()
