@@ -29,10 +29,13 @@ decision := d if {
 	"reason": _default_reason,
 }
 
-# Performance: every rule of deny, approve and allow is considered for every request, so
-# rules start with what fails fastest (input.phase and input.request.method equalities, which
-# OPA's rule index checks before entering a rule, then one lookup of the host in data) and
-# use helper rules only after the host has matched.
+# Performance: OPA's rule index decides which rules of deny, approve and allow a request
+# enters, from what a rule's body states plainly: equalities of input.phase and
+# input.request.method with constants, and a bare membership test of the host in its list,
+# data.hosts.<list>[input.request.host], written on its own line before anything is bound
+# from the entry (`gh := data.hosts.github[...]` alone is not indexed). A request to a
+# registry thus enters only registry rules, whatever the size of the other lists. Rules use
+# helper rules only after the host has matched.
 
 # The input schema this policy was written for.
 deny contains {

@@ -30,6 +30,7 @@ allow contains {
 	"tunnel": false,
 } if {
 	input.phase == "connect"
+	data.hosts.github[input.request.host]
 	gh := data.hosts.github[input.request.host]
 	input.request.port in object.get(gh, "ports", [443])
 }
@@ -44,6 +45,7 @@ allow contains {
 	"reflects": false,
 } if {
 	input.phase == "request"
+	data.hosts.github[input.request.host]
 	gh := data.hosts.github[input.request.host]
 	input.request.port in object.get(gh, "ports", [443])
 	_github_read
@@ -61,6 +63,7 @@ approve contains {
 	"reflects": false,
 } if {
 	input.phase == "request"
+	data.hosts.github[input.request.host]
 	data.hosts.github[input.request.host].authenticated
 	input.request.port in object.get(data.hosts.github[input.request.host], "ports", [443])
 	not _github_read
@@ -75,6 +78,7 @@ deny contains {
 	),
 } if {
 	input.phase == "request"
+	data.hosts.github[input.request.host]
 	gh := data.hosts.github[input.request.host]
 	not gh.authenticated
 	not _github_read
@@ -83,6 +87,7 @@ deny contains {
 deny contains {"action": "deny", "rule": "github.plain-http", "reason": _use_https_reason} if {
 	input.request.scheme == "http"
 	input.phase == "request"
+	data.hosts.github[input.request.host]
 	data.hosts.github[input.request.host].authenticated
 }
 

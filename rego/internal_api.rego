@@ -20,6 +20,7 @@ allow contains {
 	"tunnel": false,
 } if {
 	input.phase == "connect"
+	data.hosts.internal_api[input.request.host]
 	api := data.hosts.internal_api[input.request.host]
 	input.request.port in object.get(api, "ports", [443])
 	_tenant in api.tenants
@@ -33,6 +34,7 @@ allow contains {
 	"tunnel": false,
 } if {
 	input.phase == "request"
+	data.hosts.internal_api[input.request.host]
 	api := data.hosts.internal_api[input.request.host]
 	input.request.method in {"GET", "HEAD"}
 	input.request.port in object.get(api, "ports", [443])
@@ -50,6 +52,7 @@ approve contains {
 	"approval": {"timeout": "5m"},
 } if {
 	input.phase == "request"
+	data.hosts.internal_api[input.request.host]
 	api := data.hosts.internal_api[input.request.host]
 	input.request.method in {"POST", "PUT", "PATCH"}
 	input.request.port in object.get(api, "ports", [443])
@@ -64,6 +67,7 @@ deny contains {
 		[input.request.host, api.tenants, _tenant],
 	),
 } if {
+	data.hosts.internal_api[input.request.host]
 	api := data.hosts.internal_api[input.request.host]
 	not _tenant in api.tenants
 }

@@ -32,6 +32,7 @@ allow contains {
 	"tunnel": false,
 } if {
 	input.phase == "connect"
+	data.hosts.mcp[input.request.host]
 	srv := data.hosts.mcp[input.request.host]
 	input.request.port in object.get(srv, "ports", [443])
 }
@@ -44,6 +45,7 @@ allow contains {
 } if {
 	input.phase == "request"
 	input.request.method in {"GET", "DELETE"}
+	data.hosts.mcp[input.request.host]
 	_mcp_endpoint
 }
 
@@ -55,6 +57,7 @@ allow contains {
 } if {
 	input.phase == "request"
 	input.request.method == "POST"
+	data.hosts.mcp[input.request.host]
 	_mcp_endpoint
 	_mcp_protocol
 }
@@ -67,6 +70,7 @@ allow contains {
 } if {
 	input.phase == "request"
 	input.request.method == "POST"
+	data.hosts.mcp[input.request.host]
 	input.request.mcp.method == "tools/call"
 	_mcp_endpoint
 	input.request.mcp.tool in object.get(data.hosts.mcp[input.request.host], "read_tools", [])
@@ -84,6 +88,7 @@ approve contains {
 } if {
 	input.phase == "request"
 	input.request.method == "POST"
+	data.hosts.mcp[input.request.host]
 	input.request.mcp.method == "tools/call"
 	_mcp_endpoint
 	not input.request.mcp.tool in object.get(data.hosts.mcp[input.request.host], "read_tools", [])
@@ -98,6 +103,7 @@ approve contains {
 } if {
 	input.phase == "request"
 	input.request.method == "POST"
+	data.hosts.mcp[input.request.host]
 	_mcp_endpoint
 	input.request.mcp.method != "tools/call"
 	not _mcp_protocol
@@ -110,6 +116,7 @@ deny contains {
 } if {
 	input.phase == "request"
 	input.request.method == "POST"
+	data.hosts.mcp[input.request.host]
 	_mcp_endpoint
 	not input.request.mcp
 }
@@ -120,6 +127,7 @@ deny contains {
 	"reason": sprintf("%s is refused on the MCP endpoint %s%s; use GET, POST or DELETE", [input.request.method, input.request.host, _path]),
 } if {
 	input.phase == "request"
+	data.hosts.mcp[input.request.host]
 	not input.request.method in {"GET", "POST", "DELETE"}
 	_mcp_endpoint
 }

@@ -18,6 +18,7 @@ allow contains {
 	"tunnel": false,
 } if {
 	input.phase == "connect"
+	data.hosts.registries[input.request.host]
 	registry := data.hosts.registries[input.request.host]
 	input.request.port in object.get(registry, "ports", [443])
 }
@@ -31,6 +32,7 @@ allow contains {
 	"reflects": false,
 } if {
 	input.phase == "request"
+	data.hosts.registries[input.request.host]
 	registry := data.hosts.registries[input.request.host]
 	input.request.method in {"GET", "HEAD"}
 	input.request.port in object.get(registry, "ports", [443])
@@ -46,6 +48,7 @@ allow contains {
 } if {
 	input.request.method == "POST"
 	input.phase == "request"
+	data.hosts.registries[input.request.host]
 	registry := data.hosts.registries[input.request.host]
 	input.request.port in object.get(registry, "ports", [443])
 	_registry_read_post(registry)
@@ -60,6 +63,7 @@ deny contains {
 	),
 } if {
 	input.phase == "request"
+	data.hosts.registries[input.request.host]
 	registry := data.hosts.registries[input.request.host]
 	not input.request.method in {"GET", "HEAD"}
 	not _registry_read_post(registry)

@@ -13,6 +13,7 @@ allow contains {
 	"tunnel": true,
 } if {
 	input.phase == "connect"
+	data.hosts.tunnel[input.request.host]
 	t := data.hosts.tunnel[input.request.host]
 	input.request.port in object.get(t, "ports", [443])
 }
