@@ -15,11 +15,56 @@ type matcher struct {
 	pairs  [1 << 10]uint64 // bit c1<<8|c2: whether any pattern starts with bytes c1 c2
 	short  bool            // some pattern is one byte long: pairs cannot rule out a start
 	window int             // longest pattern in bytes: no partial match is ever longer
+	// stride and inner let a scan with no match in progress jump: every pattern is at
+	// least stride+1 bytes long, and inner has bit c1<<8|c2 for every two bytes that
+	// follow each other within the first stride+1 bytes of some spelling of a pattern. A
+	// pair at offset j not in inner rules out a match starting anywhere in j-stride+1..j.
+	// stride is 0 when patterns are too short for it to pay.
+	stride int
+	inner  [1 << 10]uint64
 }
 
 func (m *matcher) pair(c1, c2 byte) bool {
 	i := uint(c1)<<8 | uint(c2)
 	return m.pairs[i>>6]&(1<<(i&63)) != 0
+}
+
+func (m *matcher) innerPair(c1, c2 byte) bool {
+	i := uint(c1)<<8 | uint(c2)
+	return m.inner[i>>6]&(1<<(i&63)) != 0
+}
+
+// maxStride bounds the jump: a longer one makes inner admit more pairs (every pair of the
+// first maxStride+1 bytes of every pattern), so that clean text stops being skipped.
+const maxStride = 7
+
+// setStride sets stride and inner for patterns at least minLen bytes long (see matcher).
+func (m *matcher) setStride(nodes [][]edge, minLen int) {
+	stride := min(minLen, maxStride+1) - 1
+	if stride < 2 {
+		return
+	}
+	m.stride = stride
+	// Every path from the root is the beginning of some spelling of a pattern: the pairs
+	// of labels of consecutive edges at depths d, d+1 with d+1 <= stride.
+	level := []int32{0}
+	for d := 0; d < stride; d++ {
+		seen := map[int32]bool{}
+		var next []int32
+		for _, x := range level {
+			for _, e1 := range nodes[x] {
+				for _, e2 := range nodes[e1.to] {
+					i := uint(e1.b)<<8 | uint(e2.b)
+					m.inner[i>>6] |= 1 << (i & 63)
+				}
+				if !seen[e1.to] {
+					seen[e1.to] = true
+					next = append(next, e1.to)
+				}
+			}
+		}
+		level = next
+	}
 }
 
 type edge struct {
@@ -64,9 +109,10 @@ func compile(vals []string) *matcher {
 	for i, p := range signaturePatterns() {
 		all = append(all, kp{p, int32(i) + 1})
 	}
+	minLen := -1
 	for _, pk := range all {
 		p := pk.p
-		cur, longest := int32(0), 0
+		cur, longest, shortest := int32(0), 0, 0
 		for _, u := range p {
 			end := newNode()
 			type key struct {
@@ -74,9 +120,12 @@ func compile(vals []string) *matcher {
 				b    byte
 			}
 			inner := map[key]int32{} // this unit's trie: spellings share their prefixes
-			ulong := 0
+			ulong, ushort := 0, -1
 			for _, alt := range u {
 				ulong = max(ulong, len(alt))
+				if ushort < 0 || len(alt) < ushort {
+					ushort = len(alt)
+				}
 				x := cur
 				for j, b := range alt {
 					if j == len(alt)-1 {
@@ -93,11 +142,15 @@ func compile(vals []string) *matcher {
 				}
 			}
 			longest += ulong
+			shortest += max(ushort, 0)
 			cur = end
 		}
 		if len(p) > 0 {
 			accept = append(accept, acc{cur, pk.kind})
 			window = max(window, longest)
+			if minLen < 0 || shortest < minLen {
+				minLen = shortest
+			}
 		}
 	}
 	m := &matcher{accept: make([]int32, len(nodes)), window: window, off: make([]int32, len(nodes)+1)}
@@ -112,6 +165,9 @@ func compile(vals []string) *matcher {
 			i := uint(e.b)<<8 | uint(e2.b)
 			m.pairs[i>>6] |= 1 << (i & 63)
 		}
+	}
+	if !m.short {
+		m.setStride(nodes, minLen)
 	}
 	n := 0
 	for i, es := range nodes {
@@ -178,10 +234,24 @@ func (r *redactor) feed(p []byte, out []byte) []byte {
 	m := r.m
 	for i := 0; i < len(p); i++ {
 		if len(r.threads) == 0 {
-			// Nothing in progress: skip to the next byte pair some pattern starts with.
-			if !m.short {
-				for i+1 < len(p) && !m.pair(p[i], p[i+1]) {
+			// Nothing in progress: skip to the next byte pair some pattern starts with,
+			// jumping stride bytes at a time while a pair inside rules out every start
+			// before it.
+			for !m.short {
+				if s := m.stride; s > 0 {
+					for i+s < len(p) && !m.innerPair(p[i+s-1], p[i+s]) {
+						i += s
+					}
+				}
+				lim := len(p) - 1
+				if m.stride > 0 {
+					lim = min(lim, i+m.stride)
+				}
+				for i < lim && !m.pair(p[i], p[i+1]) {
 					i++
+				}
+				if i < lim || lim == len(p)-1 {
+					break // a start, or the end
 				}
 			}
 			for i < len(p) && !m.starts[p[i]] {
