@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -150,9 +151,45 @@ func (s *scrubber) ScrubResponse(resp *http.Response) error {
 	if err != nil {
 		rest = eofReader{err}
 	}
-	resp.Body = s.Reader(readCloser{io.MultiReader(bytes.NewReader(head), rest), body})
+	scrubbed := s.Reader(readCloser{io.MultiReader(bytes.NewReader(head), rest), body})
+	if decoded == io.Reader(body) && resp.ContentLength >= 0 && resp.ContentLength <= wholeBodyMax {
+		return s.scrubWhole(resp, scrubbed, refuse)
+	}
+	resp.Body = scrubbed
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
+	return nil
+}
+
+// wholeBodyMax is the largest declared Content-Length whose body ScrubResponse reads and
+// scrubs whole before the response goes on.
+const wholeBodyMax = 16 << 10
+
+// scrubWhole reads the scrubbed body of a response that declared a small length and gives
+// the response exactly the scrubbed bytes and their length. The response then goes out
+// with a Content-Length instead of chunked: through an intercepted tunnel each chunk's
+// framing was a TLS record and a write of its own (five for a 20-byte body, where the
+// length lets it go in one). A compressed payload found in it refuses the whole response
+// instead of cutting it after the status line. Announced or received trailers keep it
+// chunked (a Content-Length response has none).
+func (s *scrubber) scrubWhole(resp *http.Response, scrubbed io.ReadCloser, refuse func(string) error) error {
+	out, err := io.ReadAll(scrubbed)
+	if err != nil {
+		var ue *UninspectableError
+		if errors.As(err, &ue) {
+			return refuse(ue.What)
+		}
+		return refuse("a body that could not be read (" + s.ScrubString(err.Error()) + ")")
+	}
+	resp.Body = readCloser{bytes.NewReader(out), scrubbed}
+	if len(resp.Trailer) > 0 {
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+		return nil
+	}
+	resp.ContentLength = int64(len(out))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	resp.TransferEncoding = nil
 	return nil
 }
 

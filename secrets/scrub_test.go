@@ -376,3 +376,65 @@ func FuzzScrubResponse(f *testing.F) {
 		}
 	})
 }
+
+// A response that declares a small length (up to wholeBodyMax) is scrubbed whole before it
+// goes on and gets the scrubbed length: an intercepted tunnel then sends it with a
+// Content-Length, not chunked (each chunk's framing was a TLS record of its own). A larger
+// or undeclared length streams as before; trailers keep it chunked; a compressed payload
+// anywhere in a small body refuses the response instead of cutting it.
+func TestScrubResponseWholeSmallBody(t *testing.T) {
+	const sec = "sk-canary-abcdef"
+	s := newScrubber([]Secret{NewSecret(sec)})
+	echo := "echo " + sec + " end"
+	big := strings.Repeat("x", wholeBodyMax) + echo
+	for _, tc := range []struct {
+		name     string
+		body     string
+		length   int64 // declared; -1 unknown
+		trailer  http.Header
+		want     string
+		wantLen  int64  // the response's ContentLength after scrubbing
+		refusals string // in the error when refused
+	}{
+		{"echoed value", echo, int64(len(echo)), nil, "echo " + R + " end", int64(len("echo " + R + " end")), ""},
+		{"clean", "all clear", 9, nil, "all clear", 9, ""},
+		{"empty", "", 0, nil, "", 0, ""},
+		{"length undeclared streams", echo, -1, nil, "echo " + R + " end", -1, ""},
+		{"above the bound streams", big, int64(len(big)), nil, strings.Repeat("x", wholeBodyMax) + "echo " + R + " end", -1, ""},
+		{"trailers stay chunked", echo, int64(len(echo)), http.Header{"X-Sum": nil}, "echo " + R + " end", -1, ""},
+		{"zstd frame inside is refused whole", "log: \x28\xb5\x2f\xfd and more", 21, nil, "", 0, "zstd"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := &http.Response{StatusCode: 200, Header: http.Header{}, ContentLength: tc.length,
+				TransferEncoding: []string{"chunked"}, Trailer: tc.trailer,
+				Body: io.NopCloser(&chunkReader{src: []byte(tc.body), sizes: []int{3}})}
+			if tc.length >= 0 {
+				resp.Header.Set("Content-Length", fmt.Sprint(tc.length))
+				resp.TransferEncoding = nil
+			}
+			err := s.ScrubResponse(resp)
+			if tc.refusals != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.refusals) {
+					t.Fatalf("ScrubResponse = %v, want a refusal naming %q", err, tc.refusals)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ScrubResponse: %v", err)
+			}
+			if resp.ContentLength != tc.wantLen {
+				t.Errorf("ContentLength = %d, want %d", resp.ContentLength, tc.wantLen)
+			}
+			if h := resp.Header.Get("Content-Length"); tc.wantLen >= 0 && h != fmt.Sprint(tc.wantLen) || tc.wantLen < 0 && h != "" {
+				t.Errorf("Content-Length header %q, want the length %d (none when -1)", h, tc.wantLen)
+			}
+			if tc.wantLen >= 0 && len(resp.TransferEncoding) != 0 {
+				t.Errorf("TransferEncoding = %q, want none beside a Content-Length", resp.TransferEncoding)
+			}
+			got, err := io.ReadAll(resp.Body)
+			if err != nil || string(got) != tc.want {
+				t.Errorf("body %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
