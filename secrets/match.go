@@ -379,9 +379,25 @@ func (r *redactor) emit(out []byte, final bool) []byte {
 	return out
 }
 
+// mayStart reports whether a match could start anywhere in s: every pattern is two bytes
+// or more (unless short) and starts with a pair in pairs. When none does, replace has
+// nothing to do and returns s as it is, which is what the redactor would return (it passes
+// a trailing prefix unchanged), without building one: most header values.
+func (m *matcher) mayStart(s string) bool {
+	if m.short {
+		return true
+	}
+	for i := 0; i+1 < len(s); i++ {
+		if m.pair(s[i], s[i+1]) {
+			return true
+		}
+	}
+	return false
+}
+
 // replace returns s with every match redacted, and how many markers it wrote.
 func (m *matcher) replace(s string) (string, int64) {
-	if m == nil || s == "" {
+	if m == nil || s == "" || !m.mayStart(s) {
 		return s, 0
 	}
 	r := newRedactor(m)

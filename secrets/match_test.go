@@ -3,6 +3,7 @@ package secrets
 import (
 	"bytes"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -63,6 +64,44 @@ func TestStrideFindsWhatAByteScanFinds(t *testing.T) {
 						v, trial, n, got, gm, gs, want, wm, ws)
 				}
 			}
+		}
+	}
+}
+
+// replace without a possible start returns its input untouched (mayStart), exactly as the
+// redactor would: strings of the patterns' own bytes, some holding values, some prefixes.
+func TestReplaceShortcutAgreesWithTheRedactor(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for _, v := range []string{"sk-live-4f3a9b2c41d8e6", "a/b+c=d&e", "tok", "x"} {
+		m := compile([]string{v})
+		var pieces []string
+		for _, f := range encodedForms(v) {
+			pieces = append(pieces, f, f[:len(f)/2], f[len(f)/2:])
+		}
+		alphabet := strings.Join(pieces, "") + "abc XYZ-_/:;,.0123456789"
+		skipped := 0
+		for range 3000 {
+			var b strings.Builder
+			for b.Len() < rnd.IntN(40) {
+				if rnd.IntN(5) == 0 {
+					b.WriteString(pieces[rnd.IntN(len(pieces))])
+				} else {
+					b.WriteByte(alphabet[rnd.IntN(len(alphabet))])
+				}
+			}
+			in := b.String()
+			got, gn := m.replace(in)
+			r := newRedactor(m)
+			want := string(r.finish(r.feed([]byte(in), nil)))
+			if got != want || gn != r.markers {
+				t.Fatalf("%q: replace(%q) = %q, %d; the redactor gives %q, %d", v, in, got, gn, want, r.markers)
+			}
+			if in != "" && !m.mayStart(in) {
+				skipped++
+			}
+		}
+		if skipped == 0 && len(v) > 1 {
+			t.Errorf("%q: no input took the shortcut; the test does not exercise it", v)
 		}
 	}
 }
