@@ -40,9 +40,7 @@ func TestStrideFindsWhatAByteScanFinds(t *testing.T) {
 			pieces = append(pieces, []byte(f), []byte(f[:len(f)/2]))
 		}
 		for _, s := range signatures() {
-			for _, c := range combos(fixedHead(s.p)) {
-				pieces = append(pieces, c)
-			}
+			pieces = append(pieces, combos(fixedHead(s.p))...)
 		}
 		alphabet := bytes.Join(pieces, nil)
 		for trial := range 400 {
