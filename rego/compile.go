@@ -41,6 +41,9 @@ func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile policy %s: %w", src.source, err)
 	}
+	if err := checkHostLists(src.data); err != nil {
+		return nil, fmt.Errorf("compile policy %s: %w", src.source, err)
+	}
 	store := inmem.NewFromObjectWithOpts(src.data,
 		inmem.OptRoundTripOnWrite(true), inmem.OptReturnASTValuesOnRead(true))
 	txn, err := store.NewTransaction(ctx)
