@@ -57,6 +57,8 @@ type reqState struct {
 	// calls are the calls a body-aware request's body holds, with their decisions: shown to
 	// approvers.
 	calls []approval.Call
+	// up is the response body as it comes from upstream (kept here: no allocation of its own).
+	up upstreamBody
 }
 
 // begin starts the life of a request (or CONNECT) of the identified sandbox: its span and

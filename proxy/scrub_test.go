@@ -41,15 +41,24 @@ func newReflectEnv(t *testing.T) *reflectEnv {
 
 func newReflectEnvLimits(t *testing.T, limits Limits) *reflectEnv {
 	t.Helper()
+	return newReflectEnvServing(t, limits, nil)
+}
+
+// newReflectEnvServing is newReflectEnvLimits in front of h instead of the Reflector.
+func newReflectEnvServing(t *testing.T, limits Limits, h http.Handler) *reflectEnv {
+	t.Helper()
 	re := &reflectEnv{rf: &e2etest.Reflector{}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
-	h1 := httptest.NewUnstartedServer(re.rf)
+	if h == nil {
+		h = re.rf
+	}
+	h1 := httptest.NewUnstartedServer(h)
 	h1.StartTLS()
 	t.Cleanup(h1.Close)
-	h2 := httptest.NewUnstartedServer(re.rf)
+	h2 := httptest.NewUnstartedServer(h)
 	h2.EnableHTTP2 = true
 	h2.StartTLS()
 	t.Cleanup(h2.Close)
-	plain := httptest.NewServer(re.rf)
+	plain := httptest.NewServer(h)
 	t.Cleanup(plain.Close)
 	re.bases = map[string]string{"http": plain.URL, "https/1.1": h1.URL, "https/2": h2.URL}
 

@@ -155,6 +155,13 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (outResp 
 	telemetry.UpstreamAnswered(uctx, resp.StatusCode)
 	done("")
 	st.ev.Status = resp.StatusCode
+	if client, _ := req.Context().Value(connKey).(*idleConn); client != nil && resp.Body != nil &&
+		resp.Body != http.NoBody && resp.StatusCode != http.StatusSwitchingProtocols {
+		// Beneath the scrubber, which may read a small body whole before the client gets a
+		// byte (red team: a body trickled past the idle timeout cancelled the request).
+		st.up = upstreamBody{ReadCloser: resp.Body, client: client}
+		resp.Body = &st.up
+	}
 	if scrub != nil {
 		if f := st.guardResponse(req, resp, scrub); f != nil {
 			return fail(*f)
@@ -163,8 +170,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (outResp 
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return st.switched(req, resp, fail)
 	}
-	client, _ := req.Context().Value(connKey).(*idleConn)
-	resp.Body = &recordingBody{ReadCloser: resp.Body, onPanic: p.logPanic, client: client, onClose: func(n int64, cut string) {
+	resp.Body = &recordingBody{ReadCloser: resp.Body, onPanic: p.logPanic, onClose: func(n int64, cut string) {
 		st.ev.BytesOut = n
 		if cut != "" {
 			// The status line went out: the stream is cut instead, which the client sees as a
@@ -319,7 +325,21 @@ type recordingBody struct {
 	closed  bool
 	onClose func(n int64, cut string)
 	onPanic func(any) // logs a panic of the body's readers (the scrubber's, the transport's)
-	client  *idleConn // the client's connection, when known: bytes arriving keep it open
+}
+
+// upstreamBody is a response body as it comes from upstream: bytes arriving keep the
+// client's connection open, as the client's own bytes do.
+type upstreamBody struct {
+	io.ReadCloser
+	client *idleConn
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.client.touch()
+	}
+	return n, err
 }
 
 // errBodyFailed ends a response body whose reading panicked: the client sees a broken
@@ -335,9 +355,6 @@ func (b *recordingBody) Read(p []byte) (n int, err error) {
 		}
 	}()
 	n, err = b.ReadCloser.Read(p)
-	if n > 0 && b.client != nil {
-		b.client.touch()
-	}
 	b.n += int64(n)
 	var ue *secrets.UninspectableError
 	if err != nil && b.cut == "" && errors.As(err, &ue) {

@@ -117,6 +117,13 @@ func (s *scrubber) ScrubResponse(resp *http.Response) error {
 	if resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusSwitchingProtocols {
 		return nil
 	}
+	if bodiless(resp) {
+		// Nothing of a body reaches the client; reading one would only fail (HTTP/2 reports
+		// a 304's declared Content-Length without data as an unexpected EOF).
+		_ = resp.Body.Close()
+		resp.Body = http.NoBody
+		return nil
+	}
 	body := resp.Body
 	var decoded io.Reader = body
 	switch enc := contentCodings(resp.Header); {
@@ -159,6 +166,13 @@ func (s *scrubber) ScrubResponse(resp *http.Response) error {
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	return nil
+}
+
+// bodiless reports whether resp has no body by definition (RFC 9110, 6.4.1): an answer to
+// HEAD, a 1xx, 204 or 304, whatever its Content-Length says.
+func bodiless(resp *http.Response) bool {
+	return resp.StatusCode < 200 || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified ||
+		resp.Request != nil && resp.Request.Method == http.MethodHead
 }
 
 // wholeBodyMax is the largest declared Content-Length whose body ScrubResponse reads and
