@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -50,10 +51,18 @@ func newLogger(cfg *Config, w io.Writer) *slog.Logger {
 	// Every line goes through redact: a config value (a bundle URL with a token, a
 	// database URL with a password) quoted in a message or an error never reaches the log.
 	o := &slog.HandlerOptions{Level: lvl, ReplaceAttr: redact.Attr}
+	var l *slog.Logger
 	if cfg.Log.Format == "text" {
-		return slog.New(telemetry.NewTraceHandler(slog.NewTextHandler(w, o)))
+		l = slog.New(telemetry.NewTraceHandler(slog.NewTextHandler(w, o)))
+	} else {
+		l = slog.New(telemetry.NewTraceHandler(slog.NewJSONHandler(w, o)))
 	}
-	return slog.New(telemetry.NewTraceHandler(slog.NewJSONHandler(w, o)))
+	// net/http logs through the standard library's logger, quoting bytes a peer sent (an
+	// upstream's unsolicited response may echo a credential): its lines come here, with
+	// every quoted string withheld.
+	stdlog.SetOutput(telemetry.StdLogWriter(l))
+	stdlog.SetFlags(0)
+	return l
 }
 
 func policyOptions(cfg *Config, log *slog.Logger) rego.Options {
