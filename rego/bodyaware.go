@@ -1,6 +1,7 @@
 package rego
 
 import (
+	"context"
 	"fmt"
 	"strings"
 )
@@ -60,5 +61,9 @@ func (b bodyAware) match(host, path string) bool {
 // BodyAware reports whether the policy in force reads the bodies of requests to path on
 // host (data.body_aware). The proxy parses a request's body only then.
 func (e *Engine) BodyAware(host, path string) bool {
-	return e.cur.Load().bodyAware.match(host, path)
+	snap, err := e.snapshot(context.Background())
+	if err != nil {
+		return false // nothing is decided without a policy
+	}
+	return snap.bodyAware.match(host, path)
 }

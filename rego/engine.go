@@ -16,6 +16,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/airlock-proxy/airlock/internal/panicinfo"
+	"github.com/airlock-proxy/airlock/internal/redact"
 )
 
 // Defaults for Options.
@@ -79,7 +80,11 @@ type Status struct {
 type Engine struct {
 	opts Options
 	log  *slog.Logger
-	cur  atomic.Pointer[snapshot]
+	cur  atomic.Pointer[snapshot] // nil only while Start's first load runs, or after it failed
+
+	// Set by Start: loaded is closed once the first load is over, loadErr why it failed.
+	loaded  chan struct{}
+	loadErr error
 
 	reloadMu sync.Mutex // serialises reloads; guards etag
 	etag     string     // of the last bundle fetched from a URL
@@ -92,6 +97,62 @@ type Engine struct {
 // New loads, compiles and tests the policy. It fails when the policy cannot be used; the error
 // names the file and line at fault.
 func New(ctx context.Context, o Options) (*Engine, error) {
+	e, err := newEngine(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.loadFirst(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Start is New that returns at once and loads the policy in the background, for a caller
+// with other work to do meanwhile (a one-shot sandbox run creates its sandbox). Until the
+// policy is loaded every method waits for it; Wait returns New's error, if any. An engine
+// whose policy did not load decides nothing: Decide and Eval return its error (and the
+// proxy refuses the request), Revision is "".
+func Start(ctx context.Context, o Options) *Engine {
+	e, err := newEngine(o)
+	if err != nil {
+		e = &Engine{opts: o, log: slog.New(slog.DiscardHandler)}
+		e.loaded, e.loadErr = make(chan struct{}), err
+		close(e.loaded)
+		return e
+	}
+	e.loaded = make(chan struct{})
+	go func() {
+		defer close(e.loaded)
+		e.loadErr = e.loadFirst(context.WithoutCancel(ctx))
+	}()
+	return e
+}
+
+// Wait waits for the policy of an engine made by Start to be loaded and returns why it
+// could not be, as New would have; at once for an engine made by New.
+func (e *Engine) Wait(ctx context.Context) error {
+	_, err := e.snapshot(ctx)
+	return err
+}
+
+// snapshot is the policy in force, once there is one (see Start).
+func (e *Engine) snapshot(ctx context.Context) (*snapshot, error) {
+	if snap := e.cur.Load(); snap != nil {
+		return snap, nil
+	}
+	select {
+	case <-e.loaded:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("policy: %w", ctx.Err())
+	}
+	if snap := e.cur.Load(); snap != nil {
+		return snap, nil
+	}
+	return nil, e.loadErr
+}
+
+// newEngine checks o and fills in its defaults.
+func newEngine(o Options) (*Engine, error) {
 	if o.Dir != "" && o.Bundle != "" {
 		return nil, errors.New("policy: set a directory or a bundle, not both")
 	}
@@ -127,20 +188,27 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 				"bundle", e.bundleName())
 		}
 	}
+	return e, nil
+}
+
+// loadFirst loads the policy the engine starts with.
+func (e *Engine) loadFirst(ctx context.Context) error {
+	e.reloadMu.Lock()
+	defer e.reloadMu.Unlock()
 	src, err := e.fetch(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	snap, err := load(ctx, src)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if o.NoDecisionCache {
+	if e.opts.NoDecisionCache {
 		snap.cache = nil
 	}
 	e.cur.Store(snap)
 	e.log.Info("policy loaded", "source", snap.source, "revision", snap.revision)
-	return e, nil
+	return nil
 }
 
 // Decide evaluates the policy for one input. An evaluation error, a timeout or an undefined
@@ -158,12 +226,21 @@ func (e *Engine) Eval(ctx context.Context, in *Input, explain bool) (Decision, s
 	return e.eval(ctx, in, explain)
 }
 
-// Revision returns the revision of the policy in force.
-func (e *Engine) Revision() string { return e.cur.Load().revision }
+// Revision returns the revision of the policy in force ("" when Start's load failed).
+func (e *Engine) Revision() string {
+	snap, err := e.snapshot(context.Background())
+	if err != nil {
+		return ""
+	}
+	return snap.revision
+}
 
 // Status reports the policy in force and the last reload error.
 func (e *Engine) Status() Status {
-	snap := e.cur.Load()
+	snap, err := e.snapshot(context.Background())
+	if err != nil {
+		return Status{Source: e.source(), LastError: redact.Error(err).Error()}
+	}
 	e.statusMu.Lock()
 	defer e.statusMu.Unlock()
 	return Status{
@@ -183,6 +260,12 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 		return Decision{}, "", fmt.Errorf("evaluate policy: %w", err)
 	}
 	snap := e.cur.Load()
+	if snap == nil {
+		var err error
+		if snap, err = e.snapshot(ctx); err != nil {
+			return Decision{}, "", fmt.Errorf("evaluate policy: %w", err)
+		}
+	}
 	var key cacheKey
 	// Exec inputs are not cached: commands are few, and the key covers requests only.
 	cached := snap.cache != nil && !explain && in.Phase != PhaseExec
@@ -268,4 +351,15 @@ func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, expla
 		snap.cache.put(key, d)
 	}
 	return d, trace, nil
+}
+
+// source names where the policy comes from, as Status gives it.
+func (e *Engine) source() string {
+	switch {
+	case e.opts.Bundle != "":
+		return e.bundleName()
+	case e.opts.Dir != "":
+		return e.opts.Dir
+	}
+	return "shipped policy"
 }

@@ -39,6 +39,9 @@ func (e *Engine) fetch(ctx context.Context) (*policySource, error) {
 // not compile or its tests fail, the last good policy stays in force, the error is logged,
 // kept in Status and returned. Reloading an unchanged policy does nothing.
 func (e *Engine) Reload(ctx context.Context) error {
+	if _, err := e.snapshot(ctx); err != nil {
+		return err // Start's load failed: there is no policy to reload
+	}
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()
 	cur := e.cur.Load()

@@ -126,6 +126,15 @@ func Adopt(ctx context.Context, o Options) (*Sandbox, error) {
 	return s, nil
 }
 
+// SetPolicyRevision records the revision of the policy that fronts the sandbox in its
+// report, for a caller that learns it after New (a one-shot run makes its sandbox while
+// its policy loads).
+func (s *Sandbox) SetPolicyRevision(rev string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.report.PolicyRevision = rev
+}
+
 // ID is the sandbox's identity id.
 func (s *Sandbox) ID() string { return s.opts.ID }
 

@@ -32,6 +32,18 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (*rego.Engine
 	if err != nil {
 		errs = append(errs, fmt.Errorf("policy: %w", err))
 	}
+	if err := errors.Join(dedupe(append(errs, preflightErrors(cfg)...))...); err != nil {
+		return nil, err
+	}
+	return eng, nil
+}
+
+// preflightWithoutPolicy is preflight without the policy.
+func preflightWithoutPolicy(cfg *Config) error { return errors.Join(dedupe(preflightErrors(cfg))...) }
+
+// preflightErrors are preflight's checks besides the policy.
+func preflightErrors(cfg *Config) []error {
+	var errs []error
 	errs = append(errs, checkPaths(cfg)...)
 	errs = append(errs, checkKeyFiles(cfg)...)
 	errs = append(errs, checkSecretsReadable(cfg)...)
@@ -45,10 +57,7 @@ func preflight(ctx context.Context, cfg *Config, log *slog.Logger) (*rego.Engine
 	if err := telemetry.CheckEnv(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := errors.Join(dedupe(errs)...); err != nil {
-		return nil, err
-	}
-	return eng, nil
+	return errs
 }
 
 // checkKeyFiles loads what start-up loads from files: the audit signing key, the approvers'

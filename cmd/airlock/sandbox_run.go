@@ -64,7 +64,8 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 			return err
 		}
 	}
-	s, err := build(ctx, cfg, log)
+	// The policy loads while the sandbox is made; runLocal waits for it before the command.
+	s, err := buildStarted(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -159,8 +160,8 @@ func (s *stack) serveAdmin(addr string) (func(), error) {
 }
 
 // localOptions completes o with what the embedded proxy stack gives a sandbox: its CA,
-// the proxy itself, the credential revoker, the logger, the policy revision and the audit
-// of lifecycle events.
+// the proxy itself, the credential revoker, the logger and the audit of lifecycle events
+// (the policy revision is the report's once the policy has loaded: runLocal).
 func (s *stack) localOptions(o sandbox.Options) sandbox.Options {
 	o.CABundle = caBundle(s.ca.CertPEM())
 	o.Proxy = s.proxy
@@ -168,7 +169,6 @@ func (s *stack) localOptions(o sandbox.Options) sandbox.Options {
 		o.Revoker = s.broker
 	}
 	o.Logger = s.log
-	o.PolicyRevision = s.engine.Revision()
 	o.OnEvent = s.lifecycleEvent
 	return o
 }
@@ -181,6 +181,12 @@ func (s *stack) runLocal(ctx context.Context, o sandbox.Options, args []string, 
 	if err != nil {
 		return err // sandbox.New names the sandbox and the step
 	}
+	if err := s.policyLoaded(ctx); err != nil {
+		// Nothing ran in the sandbox: no command starts without its policy.
+		_ = sb.Close(context.Background())
+		return err
+	}
+	sb.SetPolicyRevision(s.engine.Revision())
 	sayUnenforced(os.Stderr, sb)
 	spanCtx, span := telemetry.StartSandboxSpan(ctx, s.telemetry.Tracer(), sb.ID(), o.Labels)
 	s.telemetry.Metrics().SandboxStarted(spanCtx)

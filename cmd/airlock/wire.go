@@ -98,9 +98,29 @@ func build(ctx context.Context, cfg *Config, log *slog.Logger) (*stack, error) {
 	return buildWith(ctx, cfg, log, &auditFanout{})
 }
 
+// buildStarted is build with the policy still loading (rego.Start) when it returns, for a
+// one-shot sandbox run, which creates its sandbox meanwhile: call s.policyLoaded before
+// anything runs in it.
+func buildStarted(ctx context.Context, cfg *Config, log *slog.Logger) (*stack, error) {
+	return buildPolicy(ctx, cfg, log, &auditFanout{}, true)
+}
+
 // buildWith is build with the proxy's auditor going through fan, so that sandboxes can
 // count their own requests.
-func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFanout) (_ *stack, err error) {
+func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFanout) (*stack, error) {
+	return buildPolicy(ctx, cfg, log, fan, false)
+}
+
+// policyLoaded waits for a policy that buildStarted left loading and says, as build would
+// have, why it cannot be used.
+func (s *stack) policyLoaded(ctx context.Context) error {
+	if err := s.engine.Wait(ctx); err != nil {
+		return s.cfg.src.locate(fmt.Errorf("policy: %w", err))
+	}
+	return nil
+}
+
+func buildPolicy(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFanout, start bool) (_ *stack, err error) {
 	s := &stack{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
@@ -108,8 +128,14 @@ func buildWith(ctx context.Context, cfg *Config, log *slog.Logger, fan *auditFan
 		}
 	}()
 	// First, before anything is written: a config that preflight (airlock proxy --check)
-	// refuses is refused here with the same words.
-	s.engine, err = preflight(ctx, cfg, log)
+	// refuses is refused here with the same words (the policy's, when it loads in the
+	// background, by policyLoaded).
+	if start {
+		s.engine = rego.Start(ctx, policyOptions(cfg, log))
+		err = preflightWithoutPolicy(cfg)
+	} else {
+		s.engine, err = preflight(ctx, cfg, log)
+	}
 	if err != nil {
 		return nil, cfg.src.locate(err)
 	}

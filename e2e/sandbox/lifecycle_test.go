@@ -241,3 +241,48 @@ func TestTimeoutFlagOverridesConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestRunWaitsForItsPolicy: a one-shot run makes its sandbox while its policy loads. A
+// policy that does not load fails the run with the policy's error before the command
+// starts (nothing of it runs: no file in the workspace), and the sandbox is gone after; a
+// policy that loads is the one the run report names.
+func TestRunWaitsForItsPolicy(t *testing.T) {
+	pol := t.TempDir()
+	writeFile := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(pol, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile("p.rego", "package airlock\n\ndecision := {\"action\": }\n")
+	cfg := filepath.Join(t.TempDir(), "airlock.yaml")
+	if err := os.WriteFile(cfg, []byte("log: {level: warn}\npolicy: "+pol+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	report := filepath.Join(t.TempDir(), "report.json")
+	code, _, stderr := airlockRun(t, "--config", cfg, "--workspace", ws, "--report", report, "--id", "policy-wait", "--",
+		"sh", "-c", "touch /workspace/ran")
+	if code == 0 || !strings.Contains(string(stderr), "policy: ") || !strings.Contains(string(stderr), "p.rego:3") {
+		t.Fatalf("broken policy: exit %d, stderr %s; want a failure naming p.rego:3", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+		t.Fatal("the command ran under a policy that did not load")
+	}
+	if _, err := os.Stat("/run/airlock/sandboxes/policy-wait"); err == nil {
+		t.Fatal("the sandbox of the failed run is still there")
+	}
+
+	writeFile("p.rego", "package airlock\n\ndecision := {\"action\": \"deny\", \"rule\": \"t.deny\", \"reason\": \"no\"}\n")
+	code, _, stderr = airlockRun(t, "--config", cfg, "--workspace", ws, "--report", report, "--", "sh", "-c", "touch /workspace/ran")
+	if code != 0 {
+		t.Fatalf("good policy: exit %d, stderr %s", code, stderr)
+	}
+	var rep struct {
+		PolicyRevision string `json:"policy_revision"`
+	}
+	b, _ := os.ReadFile(report)
+	if err := json.Unmarshal(b, &rep); err != nil || !strings.HasPrefix(rep.PolicyRevision, "sha256:") {
+		t.Errorf("report %s (%v): want the loaded policy's revision", b, err)
+	}
+}
