@@ -60,14 +60,19 @@ var ReflectWays = []string{
 	"chunks", "prefix-at-end", "status-h1", "malformed-h1", "upgrade-h1",
 	"range", "multirange", "partial",
 	"gzip", "gzip-gzip", "gzip-two-headers", "br", "gzip-file", "gzip-octet", "zip",
-	"gzip-after-prefix", "multipart-gzip", "tar-gzip", "b64-gzip",
+	"gzip-after-prefix", "multipart-gzip", "gzip-after-long-prefix", "multipart-gzip-long", "tar-gzip", "b64-gzip",
 	"b64", "b64url", "b64-offset1", "b64-offset2", "b64-mime", "hex", "HEX", "urlenc", "lower", "upper",
 	"json-unicode", "html", "html-padded", "utf16",
 }
 
-// CutWays are the ways whose compressed payload starts past the beginning of the body: the
-// response has begun, so the scrubber cuts it before the payload instead of refusing it.
-var CutWays = []string{"gzip-after-prefix", "multipart-gzip", "tar-gzip", "b64-gzip"}
+// CutWays are the ways whose compressed payload starts past the beginning of the body. A
+// body of up to 16 KiB with a declared length is scrubbed whole, and the response refused
+// (502); a longer one (the -long ways) has begun when the payload comes, so the scrubber cuts
+// it there instead.
+var CutWays = []string{"gzip-after-prefix", "multipart-gzip", "gzip-after-long-prefix", "multipart-gzip-long", "tar-gzip", "b64-gzip"}
+
+// longPrefix repeats s past the 16 KiB that the scrubber reads whole.
+func longPrefix(s string) string { return strings.Repeat(s, 20<<10/len(s)+1) }
 
 func (rf *Reflector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -169,10 +174,16 @@ func (rf *Reflector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body("application/octet-stream", Gzip([]byte(text)))
 	case "gzip-after-prefix":
 		body("application/octet-stream", append([]byte(strings.Repeat("a prefix before the archive\n", 40)), Gzip([]byte(text))...))
-	case "multipart-gzip":
+	case "gzip-after-long-prefix":
+		body("application/octet-stream", append([]byte(longPrefix("a prefix before the archive\n")), Gzip([]byte(text))...))
+	case "multipart-gzip", "multipart-gzip-long":
+		first := strings.Repeat("first part ", 100)
+		if way == "multipart-gzip-long" {
+			first = longPrefix("first part ")
+		}
 		w.Header().Set("Content-Type", "multipart/mixed; boundary=SEP")
 		fmt.Fprintf(w, "--SEP\r\nContent-Type: text/plain\r\n\r\n%s\r\n--SEP\r\nContent-Type: application/octet-stream\r\n\r\n%s\r\n--SEP--\r\n",
-			strings.Repeat("first part ", 100), Gzip([]byte(text)))
+			first, Gzip([]byte(text)))
 	case "tar-gzip":
 		var b bytes.Buffer
 		tw := tar.NewWriter(&b)
