@@ -62,11 +62,11 @@ approve contains {
 	"approval": {"timeout": github_approval_timeout},
 	"reflects": false,
 } if {
+	not _github_read # first: every read enters this rule, and leaves it here
 	input.phase == "request"
 	data.hosts.github[input.request.host]
 	data.hosts.github[input.request.host].authenticated
 	input.request.port in object.get(data.hosts.github[input.request.host], "ports", [443])
-	not _github_read
 }
 
 deny contains {
@@ -77,11 +77,11 @@ deny contains {
 		[input.request.host, input.request.method],
 	),
 } if {
+	not _github_read # first, as in github.write
 	input.phase == "request"
 	data.hosts.github[input.request.host]
 	gh := data.hosts.github[input.request.host]
 	not gh.authenticated
-	not _github_read
 }
 
 deny contains {"action": "deny", "rule": "github.plain-http", "reason": _use_https_reason} if {

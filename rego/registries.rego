@@ -62,10 +62,12 @@ deny contains {
 		[input.request.host, input.request.method, _path],
 	),
 } if {
+	# First: every read enters this rule (the index cannot exclude a rule by a negation),
+	# and this is where a read leaves it.
+	not input.request.method in {"GET", "HEAD"}
 	input.phase == "request"
 	data.hosts.registries[input.request.host]
 	registry := data.hosts.registries[input.request.host]
-	not input.request.method in {"GET", "HEAD"}
 	not _registry_read_post(registry)
 }
 
