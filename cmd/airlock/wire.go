@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	stdlog "log"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -18,7 +16,6 @@ import (
 	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/bearer"
 	"github.com/airlock-proxy/airlock/internal/event"
-	"github.com/airlock-proxy/airlock/internal/redact"
 	"github.com/airlock-proxy/airlock/proxy"
 	"github.com/airlock-proxy/airlock/rego"
 	"github.com/airlock-proxy/airlock/secrets"
@@ -43,26 +40,6 @@ type stack struct {
 	sessions  *session.Manager     // nil when not served
 	fan       *auditFanout
 	closers   []func(context.Context) error
-}
-
-func newLogger(cfg *Config, w io.Writer) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(cfg.Log.Level))
-	// Every line goes through redact: a config value (a bundle URL with a token, a
-	// database URL with a password) quoted in a message or an error never reaches the log.
-	o := &slog.HandlerOptions{Level: lvl, ReplaceAttr: redact.Attr}
-	var l *slog.Logger
-	if cfg.Log.Format == "text" {
-		l = slog.New(telemetry.NewTraceHandler(slog.NewTextHandler(w, o)))
-	} else {
-		l = slog.New(telemetry.NewTraceHandler(slog.NewJSONHandler(w, o)))
-	}
-	// net/http logs through the standard library's logger, quoting bytes a peer sent (an
-	// upstream's unsolicited response may echo a credential): its lines come here, with
-	// every quoted string withheld.
-	stdlog.SetOutput(telemetry.StdLogWriter(l))
-	stdlog.SetFlags(0)
-	return l
 }
 
 func policyOptions(cfg *Config, log *slog.Logger) rego.Options {
