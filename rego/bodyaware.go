@@ -28,8 +28,8 @@ func bodyAwareOf(data map[string]any) (bodyAware, error) {
 	}
 	out := make(bodyAware, len(hosts))
 	for host, v := range hosts {
-		if host == "" || host != strings.ToLower(strings.TrimSuffix(host, ".")) {
-			return nil, fmt.Errorf("data.%s: host %q must be lower case without a trailing dot, as the policy input has it", BodyAwareKey, host)
+		if err := checkHostKey(host); err != nil {
+			return nil, fmt.Errorf("data.%s: %w", BodyAwareKey, err)
 		}
 		list, ok := v.([]any)
 		if !ok {

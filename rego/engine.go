@@ -123,7 +123,7 @@ func Start(ctx context.Context, o Options) *Engine {
 	e.loaded = make(chan struct{})
 	go func() {
 		defer close(e.loaded)
-		e.loadErr = e.loadFirst(context.WithoutCancel(ctx))
+		e.loadErr = e.loadFirst(ctx) // ends with ctx, as New does: a run stopped meanwhile stops its load
 	}()
 	return e
 }
@@ -143,7 +143,7 @@ func (e *Engine) snapshot(ctx context.Context) (*snapshot, error) {
 	select {
 	case <-e.loaded:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("policy: %w", ctx.Err())
+		return nil, fmt.Errorf("wait for the policy to load: %w", ctx.Err())
 	}
 	if snap := e.cur.Load(); snap != nil {
 		return snap, nil

@@ -1,27 +1,67 @@
 package rego
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
+
+	"github.com/airlock-proxy/airlock/internal/hostname"
 )
 
 // HostsKey is the data document of host lists: data.hosts.<list>[<host>] is a host's entry
-// in a list, keyed by the host as the policy input has it (lower case, no trailing dot).
+// in a list, keyed by the host as the policy input has it (lower case, no trailing dot,
+// IDNA in ASCII).
 const HostsKey = "hosts"
 
-// shippedLists are the host lists the shipped rules read. Their entries are objects (the
-// host's settings, {} for none): a rule tests membership with the bare entry,
-// data.hosts.<list>[input.request.host], which OPA's rule index reads, and an entry that is
-// false or null would make that test fail and the host's rules silently not apply, leaving
-// the decision to whatever other list holds the host. Lists of a policy's own (custom rules
-// may key hosts to true) are not checked.
-var shippedLists = []string{"registries", "github", "internal_api", "mcp", "tunnel"}
+// A kind is what a setting of a host entry must hold.
+type kind int
 
-// checkHostLists reads data.hosts. A document of another shape in a list the shipped rules
-// read is an error naming the entry at fault, so a mistyped entry does not load and change
-// decisions; the last good policy stays in force.
+const (
+	kText  kind = iota // a string
+	kPath              // a string starting with "/"
+	kFlag              // true or false
+	kPort              // a port number, 1 to 65535
+	kTexts             // a list of strings
+	kPaths             // a list of strings starting with "/"
+	kPorts             // a list of port numbers
+)
+
+var kindWant = map[kind]string{
+	kText: "a string", kPath: `a path starting with "/"`, kFlag: "true or false", kTexts: "a list of strings",
+	kPaths: `a list of paths starting with "/"`, kPorts: "a list of port numbers such as [443]",
+}
+
+// elem is the kind of a list kind's elements.
+var elem = map[kind]kind{kTexts: kText, kPaths: kPath, kPorts: kPort}
+
+type setting struct {
+	name     string
+	kind     kind
+	required bool
+}
+
+// shippedLists are the host lists the shipped rules read and the settings they read of an
+// entry. A rule tests membership with the bare entry, data.hosts.<list>[input.request.host]
+// (which OPA's rule index reads), then reads the settings: an entry that is not an object,
+// or a setting of another type than the rule expects (ports as strings, say), makes the
+// list's rules silently not apply to the host, leaving it to whatever other list holds it,
+// or to none. Lists of a policy's own (custom rules may key hosts to true) are not checked.
+var shippedLists = map[string][]setting{
+	"registries":   {{"ecosystem", kText, true}, {"ports", kPorts, false}, {"read_posts", kPaths, false}},
+	"github":       {{"authenticated", kFlag, false}, {"ports", kPorts, false}},
+	"internal_api": {{"credential", kText, true}, {"tenants", kTexts, true}, {"ports", kPorts, false}},
+	"mcp":          {{"path", kPath, true}, {"read_tools", kTexts, false}, {"credential", kText, false}, {"ports", kPorts, false}},
+	"tunnel":       {{"ports", kPorts, false}},
+}
+
+// checkHostLists reads data.hosts. In the lists the shipped rules read, every entry is an
+// object whose settings have the types the rules expect, every host is written as the
+// policy input has it, and no host is in two lists (its rules would be two lists' at once,
+// and one list's refusal could be the other's allow). Anything else is an error naming the
+// entry, so the policy does not load and the last good one stays in force.
 func checkHostLists(data map[string]any) error {
 	raw, ok := data[HostsKey]
 	if !ok {
@@ -31,24 +71,101 @@ func checkHostLists(data map[string]any) error {
 	if !ok {
 		return fmt.Errorf("data.%s is %s, want an object of host lists such as {\"github\": {\"github.com\": {}}}", HostsKey, kindOf(raw))
 	}
+	listOf := map[string]string{} // host → the shipped list it is in
 	for _, name := range slices.Sorted(maps.Keys(lists)) {
-		if !slices.Contains(shippedLists, name) {
+		settings, shipped := shippedLists[name]
+		if !shipped {
 			continue
 		}
 		list, ok := lists[name].(map[string]any)
 		if !ok {
 			return fmt.Errorf("data.%s.%s is %s, want an object keyed by host such as {\"example.com\": {}}", HostsKey, name, kindOf(lists[name]))
 		}
-		for host, v := range list {
-			if host == "" || host != strings.ToLower(strings.TrimSuffix(host, ".")) {
-				return fmt.Errorf("data.%s.%s: host %q must be lower case without a trailing dot, as the policy input has it", HostsKey, name, host)
+		for _, host := range slices.Sorted(maps.Keys(list)) {
+			at := fmt.Sprintf("data.%s.%s[%q]", HostsKey, name, host)
+			if err := checkHostKey(host); err != nil {
+				return fmt.Errorf("%s: %w", at, err)
 			}
-			if _, ok := v.(map[string]any); !ok {
-				return fmt.Errorf("data.%s.%s[%q] is %s, want an object of the host's settings ({} for none); the shipped rules skip a host whose entry is not an object", HostsKey, name, host, kindOf(v))
+			entry, ok := list[host].(map[string]any)
+			if !ok {
+				return fmt.Errorf("%s is %s, want an object of the host's settings ({} for none); the shipped rules skip a host whose entry is not an object", at, kindOf(list[host]))
 			}
+			for _, s := range settings {
+				v, set := entry[s.name]
+				switch {
+				case !set && s.required:
+					return fmt.Errorf("%s has no %q; want %s", at, s.name, kindWant[s.kind])
+				case set && !s.kind.holds(v):
+					return fmt.Errorf("%s.%s is %s, want %s; the shipped rules skip a host whose setting they cannot read", at, s.name, kindOf(v), kindWant[s.kind])
+				}
+			}
+			if other, dup := listOf[host]; dup {
+				return fmt.Errorf("%s: %s is also in data.%s.%s; a host belongs to one list", at, host, HostsKey, other)
+			}
+			listOf[host] = name
 		}
 	}
 	return nil
+}
+
+// checkHostKey refuses a key that no request's host can equal: the policy input has hosts
+// in one form (hostname.Normalize).
+func checkHostKey(host string) error {
+	n, err := hostname.Normalize(host)
+	if err != nil || n != host {
+		want := ""
+		if err == nil {
+			want = fmt.Sprintf(" (%q)", n)
+		}
+		return fmt.Errorf("host %q is not written as the policy input has it%s: lower case, IDNA in ASCII (punycode), no port, no trailing dot", host, want)
+	}
+	return nil
+}
+
+// holds reports whether v is of kind k.
+func (k kind) holds(v any) bool {
+	switch k {
+	case kText:
+		_, ok := v.(string)
+		return ok
+	case kPath:
+		s, ok := v.(string)
+		return ok && strings.HasPrefix(s, "/")
+	case kFlag:
+		_, ok := v.(bool)
+		return ok
+	case kPort:
+		n, ok := wholeNumber(v)
+		return ok && n >= 1 && n <= 65535
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return false
+	}
+	for _, e := range list {
+		if !elem[k].holds(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// wholeNumber reads a JSON or YAML number that is a whole number.
+func wholeNumber(v any) (int64, bool) {
+	switch n := v.(type) {
+	case json.Number:
+		i, err := n.Int64()
+		return i, err == nil
+	case float64:
+		return int64(n), n == math.Trunc(n) && math.Abs(n) < 1<<53
+	case int:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint64:
+		return int64(n), n < math.MaxInt64
+	}
+	return 0, false
 }
 
 // kindOf names a JSON value's type for an error message.

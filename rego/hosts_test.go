@@ -27,15 +27,16 @@ func shippedDataWith(t *testing.T, edit func(hosts map[string]any)) string {
 	return string(out)
 }
 
-// A host-list entry the shipped rules read that is not an object would make their bare
-// membership test fail and their rules silently not apply, handing the host to another
-// list's rules (red team: github {"x": false} plus a registries entry let POST through). Such
-// data does not load, the error names the entry, and the last good policy keeps deciding.
+// A host-list entry the shipped rules read that is not an object, or whose settings are not
+// of the types the rules read, would make their rules silently not apply, handing the host
+// to another list's rules (red team: github {"x": false}, or github ports ["443"], plus a
+// registries entry let a POST through as a read). Such data does not load, nor a host in
+// two lists or written otherwise than the policy input has it; the error names the entry,
+// and the last good policy keeps deciding.
 func TestHostEntriesMustBeObjects(t *testing.T) {
 	dir := t.TempDir()
 	writeShippedRules(t, dir)
 	both := func(h map[string]any) {
-		h["registries"].(map[string]any)["x.example"] = map[string]any{"read_posts": []any{"/q"}}
 		h["github"].(map[string]any)["x.example"] = map[string]any{"authenticated": true}
 	}
 	good := shippedDataWith(t, both)
@@ -50,7 +51,7 @@ func TestHostEntriesMustBeObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want.Action != ActionApprove {
-		t.Fatalf("POST to a host in github and registries: %s by %q, want github's approval to win", want.Action, want.Rule)
+		t.Fatalf("POST to a GitHub host: %s by %q, want github's approval", want.Action, want.Rule)
 	}
 	goodRev := e.Revision()
 
@@ -79,10 +80,40 @@ func TestHostEntriesMustBeObjects(t *testing.T) {
 		}, `data.hosts.registries is a list, want an object keyed by host`},
 		{"upper case host", func(h map[string]any) {
 			h["github"].(map[string]any)["X.example"] = map[string]any{}
-		}, `host "X.example" must be lower case`},
+		}, `host "X.example" is not written as the policy input has it ("x.example")`},
 		{"trailing dot", func(h map[string]any) {
 			h["github"].(map[string]any)["x.example."] = map[string]any{}
-		}, `host "x.example." must be lower case without a trailing dot`},
+		}, `host "x.example." is not written as the policy input has it ("x.example")`},
+		{"unicode host", func(h map[string]any) {
+			h["github"].(map[string]any)["bücher.example"] = map[string]any{}
+		}, `host "bücher.example" is not written as the policy input has it ("xn--bcher-kva.example")`},
+		{"host with a port", func(h map[string]any) {
+			h["github"].(map[string]any)["x.example:443"] = map[string]any{}
+		}, `host "x.example:443" is not written as the policy input has it`},
+		{"in two lists", func(h map[string]any) {
+			h["registries"].(map[string]any)["x.example"] = map[string]any{"ecosystem": "Go", "read_posts": []any{"/q"}}
+		}, `data.hosts.registries["x.example"]: x.example is also in data.hosts.github; a host belongs to one list`},
+		{"ports as strings", func(h map[string]any) {
+			h["github"].(map[string]any)["x.example"] = map[string]any{"authenticated": true, "ports": []any{"443"}}
+		}, `data.hosts.github["x.example"].ports is a list, want a list of port numbers`},
+		{"port out of range", func(h map[string]any) {
+			h["github"].(map[string]any)["x.example"] = map[string]any{"authenticated": true, "ports": []any{70000}}
+		}, `.ports is a list, want a list of port numbers`},
+		{"authenticated as a string", func(h map[string]any) {
+			h["github"].(map[string]any)["x.example"] = map[string]any{"authenticated": "yes"}
+		}, `data.hosts.github["x.example"].authenticated is a string, want true or false`},
+		{"registry without ecosystem", func(h map[string]any) {
+			h["registries"].(map[string]any)["y.example"] = map[string]any{}
+		}, `data.hosts.registries["y.example"] has no "ecosystem"`},
+		{"read_posts not paths", func(h map[string]any) {
+			h["registries"].(map[string]any)["y.example"] = map[string]any{"ecosystem": "Go", "read_posts": []any{"q"}}
+		}, `.read_posts is a list, want a list of paths starting with "/"`},
+		{"mcp path missing", func(h map[string]any) {
+			h["mcp"].(map[string]any)["y.example"] = map[string]any{"read_tools": []any{"a"}}
+		}, `data.hosts.mcp["y.example"] has no "path"`},
+		{"tenants a string", func(h map[string]any) {
+			h["internal_api"].(map[string]any)["y.example"] = map[string]any{"credential": "c", "tenants": "acme"}
+		}, `data.hosts.internal_api["y.example"].tenants is a string, want a list of strings`},
 	}
 	for _, c := range bad {
 		data := shippedDataWith(t, func(h map[string]any) {
@@ -109,5 +140,25 @@ func TestHostEntriesMustBeObjects(t *testing.T) {
 	})})
 	if err := e.Reload(context.Background()); err != nil {
 		t.Errorf("a custom host list with boolean entries: %v", err)
+	}
+}
+
+// data.body_aware names hosts as the policy input has them, or the policy does not load: a
+// key in another form would never match, and the bodies of the host the operator meant would
+// go unread, the policy deciding without them.
+func TestBodyAwareHostsAsTheInputHasThem(t *testing.T) {
+	for key, want := range map[string]string{
+		"MCP.internal.example":    `host "MCP.internal.example" is not written as the policy input has it ("mcp.internal.example")`,
+		"bücher.example":          `("xn--bcher-kva.example")`,
+		"mcp.internal.example:80": `host "mcp.internal.example:80" is not written`,
+		"":                        `host "" is not written`,
+	} {
+		_, err := bodyAwareOf(map[string]any{BodyAwareKey: map[string]any{key: []any{"/mcp"}}})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("body_aware key %q: %v, want an error containing %s", key, err, want)
+		}
+	}
+	if _, err := bodyAwareOf(map[string]any{BodyAwareKey: map[string]any{"xn--bcher-kva.example": []any{"/mcp"}}}); err != nil {
+		t.Errorf("a punycode key: %v", err)
 	}
 }

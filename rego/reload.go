@@ -83,6 +83,10 @@ func (e *Engine) setError(err error) {
 // with fsnotify (changes debounced), a bundle file or URL is polled every Options.Poll. The
 // shipped policy never changes. SIGHUP handling is the caller's: call Reload.
 func (e *Engine) Watch(ctx context.Context) {
+	if _, err := e.snapshot(ctx); err != nil {
+		<-ctx.Done() // Start's load failed (or its options were refused): nothing to watch
+		return
+	}
 	switch {
 	case e.opts.Dir != "":
 		if err := e.watchDir(ctx); err != nil {

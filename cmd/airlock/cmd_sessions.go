@@ -123,7 +123,13 @@ func (s *stack) lifecycleEvent(ctx context.Context, ev sandbox.Event) {
 	if s.audit == nil {
 		return
 	}
-	rec := audit.Event{Kind: event.Kind(ev.Kind), Decision: event.DecisionLifecycle, PolicyRev: s.engine.Revision(),
+	// A one-shot run's policy may still be loading (buildStarted): the record waits for its
+	// revision only as long as the run goes on.
+	rev := ""
+	if s.engine.Wait(ctx) == nil {
+		rev = s.engine.Revision()
+	}
+	rec := audit.Event{Kind: event.Kind(ev.Kind), Decision: event.DecisionLifecycle, PolicyRev: rev,
 		SandboxID: ev.SandboxID, Labels: ev.Labels, Status: ev.ExitCode}
 	if ev.Error != "" {
 		rec.ErrorClass = "sandbox"
