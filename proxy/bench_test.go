@@ -169,7 +169,7 @@ decision := {"action": "allow", "rule": "bench.credential", "credentials": ["ben
 func benchEngine(b testing.TB) *rego.Engine {
 	dir := b.TempDir()
 	os.WriteFile(filepath.Join(dir, "policy.rego"), []byte(benchPolicy), 0o600)
-	os.WriteFile(filepath.Join(dir, "data.json"), []byte(`{"hosts": {"registries": {"pypi.org": {}, "proxy.golang.org": {}}}}`), 0o600)
+	os.WriteFile(filepath.Join(dir, "data.json"), []byte(`{"hosts": {"registries": {"pypi.org": {"ecosystem": "PyPI"}, "proxy.golang.org": {"ecosystem": "Go"}}}}`), 0o600)
 	eng, err := rego.New(context.Background(), rego.Options{Dir: dir})
 	if err != nil {
 		b.Fatal(err)
