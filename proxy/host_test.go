@@ -46,7 +46,9 @@ func TestNormalizeHostRejects(t *testing.T) {
 }
 
 func FuzzNormalizeHost(f *testing.F) {
-	for _, s := range []string{"example.com", "2130706433", "0x7f.1", "[::ffff:7f00:1]", "bücher.de.", "a..b", "1.2.3.4.5", "[fe80::1%25lo]"} {
+	for _, s := range []string{"example.com", "2130706433", "0x7f.1", "[::ffff:7f00:1]", "bücher.de.", "a..b", "1.2.3.4.5", "[fe80::1%25lo]",
+		// Other full stops and ignorable code points, which IDNA maps (red team).
+		"github.com。", "．github.com", "169.254.169.254｡", "xn--", "\u00ad", "Ⅻ0x．", "9\u00adKⅫ。", "。µ1ü"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {

@@ -57,6 +57,10 @@ func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
 		store.Abort(ctx, txn)
 		return nil, fmt.Errorf("compile policy %s: %w", src.source, c.Errors)
 	}
+	if err := checkHostRules(c); err != nil {
+		store.Abort(ctx, txn)
+		return nil, fmt.Errorf("compile policy %s: %w", src.source, err)
+	}
 	if len(c.GetRulesForVirtualDocument(decisionRef)) == 0 {
 		store.Abort(ctx, txn)
 		return nil, fmt.Errorf("compile policy %s: no rule defines %s (package airlock, rule decision)", src.source, DecisionQuery)

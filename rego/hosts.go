@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/airlock-proxy/airlock/internal/hostname"
 )
 
@@ -108,6 +110,31 @@ func checkHostLists(data map[string]any) error {
 	return nil
 }
 
+// checkHostRules refuses rules that define a host list the shipped rules read (package
+// hosts, or hosts.github, ...): those lists are data, checked as they load (checkHostLists);
+// a list a rule makes would escape the check, and could differ per request.
+func checkHostRules(c *ast.Compiler) error {
+	for _, name := range slices.Sorted(maps.Keys(c.Modules)) {
+		for _, r := range c.Modules[name].Rules {
+			ref := r.Ref()
+			if len(ref) < 3 || !ref[0].Equal(ast.DefaultRootDocument) || !ref[1].Equal(ast.StringTerm(HostsKey)) {
+				continue
+			}
+			list, ok := ref[2].Value.(ast.String)
+			if _, shipped := shippedLists[string(list)]; ok && !shipped {
+				continue
+			}
+			what := "data.hosts." + string(list)
+			if !ok {
+				what = "data.hosts[" + ref[2].String() + "], any list"
+			}
+			return fmt.Errorf("%s: rule %s defines %s; the host lists the shipped rules read (%s) are data (data.json or data.yaml), checked as they load, not rules",
+				r.Location, ref, what, strings.Join(slices.Sorted(maps.Keys(shippedLists)), ", "))
+		}
+	}
+	return nil
+}
+
 // checkHostKey refuses a key that no request's host can equal: the policy input has hosts
 // in one form (hostname.Normalize).
 func checkHostKey(host string) error {
@@ -154,8 +181,11 @@ func (k kind) holds(v any) bool {
 func wholeNumber(v any) (int64, bool) {
 	switch n := v.(type) {
 	case json.Number:
-		i, err := n.Int64()
-		return i, err == nil
+		if i, err := n.Int64(); err == nil {
+			return i, true
+		}
+		f, err := n.Float64() // 443.0 or 4.43e2: OPA compares numbers by value
+		return int64(f), err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53
 	case float64:
 		return int64(n), n == math.Trunc(n) && math.Abs(n) < 1<<53
 	case int:

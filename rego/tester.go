@@ -62,6 +62,13 @@ func runSourceTests(ctx context.Context, src *policySource, w io.Writer, verbose
 	for r := range ch {
 		results = append(results, r)
 	}
+	if err := ctx.Err(); err != nil {
+		// The runner stops without a result for the tests it did not run: none of them
+		// counts as failed, so a policy tested under an ended context is not known to pass
+		// (red team: a reload at shutdown, or a run stopped while its policy loaded, took a
+		// policy whose own test failed).
+		return 0, nil, fmt.Errorf("test policy %s: stopped before every test ran: %w", src.source, err)
+	}
 	// Results arrive in any order; report them by file and line.
 	sort.SliceStable(results, func(i, j int) bool {
 		a, b := results[i].Location, results[j].Location

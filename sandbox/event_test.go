@@ -68,3 +68,39 @@ func TestLifecycleEvents(t *testing.T) {
 		t.Errorf("end event %+v, want exit 3, one denied request, no error", end)
 	}
 }
+
+// A command asked to run under a context that already ended does not start: the backend's
+// Run is not called (red team: a native command started, to be killed at once, after a
+// one-shot run was stopped).
+func TestRunAfterTheContextEndedStartsNothing(t *testing.T) {
+	b := &countingBackend{}
+	s, err := New(context.Background(), Options{ID: "sbx-ended", Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Run(ctx, Command{Args: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "canceled") {
+		t.Errorf("Run with an ended context: %v, want the context's error", err)
+	}
+	if b.runs != 0 {
+		t.Errorf("the backend started %d commands", b.runs)
+	}
+}
+
+type countingBackend struct{ runs int }
+
+func (b *countingBackend) Create(context.Context, Options) (Instance, error) {
+	return countingInstance{b}, nil
+}
+
+type countingInstance struct{ b *countingBackend }
+
+func (i countingInstance) Run(context.Context, Command) (Result, error) {
+	i.b.runs++
+	return Result{}, nil
+}
+func (countingInstance) Changes() ([]Change, error)  { return nil, nil }
+func (countingInstance) Patch() ([]byte, error)      { return nil, nil }
+func (countingInstance) Close(context.Context) error { return nil }

@@ -166,6 +166,9 @@ func (s *Sandbox) Run(ctx context.Context, cmd Command) (Result, error) {
 	if closed {
 		return Result{}, ErrClosed
 	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("run: %w", err) // started, it would be killed at once
+	}
 	base := s.env
 	if cmd.TTY != nil {
 		base = MergeEnv(base, []string{cmd.TTY.termEnv()})

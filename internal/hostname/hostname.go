@@ -47,21 +47,35 @@ func Normalize(host string) (string, error) {
 		}
 		return a.Unmap().String(), nil
 	}
+	if !utf8.ValidString(h) {
+		return "", fmt.Errorf("%w: %q: not valid UTF-8", ErrBad, host)
+	}
+	// IDNA first for a name that is not ASCII: it maps the other full stops (。．｡) to "."
+	// and drops ignorable code points, so the checks of dots and IP spellings below see the
+	// name a resolver would (red team: "github.com。" came out as "github.com.", and
+	// "169.254.169.254。" as a name, neither the one form of its host).
+	if !isASCII(h) {
+		m, err := idnaProfile.ToASCII(h)
+		if err != nil {
+			return "", fmt.Errorf("%w: %q: %v", ErrBad, host, err)
+		}
+		h = m
+	}
 	h = strings.TrimSuffix(h, ".")
-	if h == "" || strings.HasSuffix(h, ".") || strings.HasPrefix(h, ".") || strings.Contains(h, "..") {
+	if !wellDotted(h) {
 		return "", fmt.Errorf("%w: %q", ErrBad, host)
 	}
 	if a, ok := parseIPv4Loose(h); ok {
 		return a.String(), nil
-	}
-	if !utf8.ValidString(h) {
-		return "", fmt.Errorf("%w: %q: not valid UTF-8", ErrBad, host)
 	}
 	ascii, err := idnaProfile.ToASCII(h)
 	if err != nil {
 		return "", fmt.Errorf("%w: %q: %v", ErrBad, host, err)
 	}
 	ascii = strings.ToLower(ascii)
+	if !wellDotted(ascii) { // "xn--" alone converts to nothing
+		return "", fmt.Errorf("%w: %q: not a valid internationalised name", ErrBad, host)
+	}
 	// The policy must see a fixed point: a name whose ASCII form does not convert to itself
 	// again is not a name any resolver agrees on.
 	if again, err := idnaProfile.ToASCII(ascii); err != nil || strings.ToLower(again) != ascii {
@@ -132,4 +146,19 @@ func isAllDigits(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// wellDotted reports whether h is labels joined by single dots: not empty, no dot at either
+// end, no empty label.
+func wellDotted(h string) bool {
+	return h != "" && !strings.HasPrefix(h, ".") && !strings.HasSuffix(h, ".") && !strings.Contains(h, "..")
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
