@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/big"
 	"slices"
 	"strings"
 
@@ -111,10 +112,24 @@ func checkHostLists(data map[string]any) error {
 }
 
 // checkHostRules refuses rules that define a host list the shipped rules read (package
-// hosts, or hosts.github, ...): those lists are data, checked as they load (checkHostLists);
-// a list a rule makes would escape the check, and could differ per request.
+// hosts, or hosts.github, ...), and `with` statements that replace one: those lists are data,
+// checked as they load (checkHostLists); a list a rule makes or a `with` swaps in would
+// escape the check, and could differ per request. (Tests, not compiled into the policy,
+// may replace them.)
 func checkHostRules(c *ast.Compiler) error {
 	for _, name := range slices.Sorted(maps.Keys(c.Modules)) {
+		var withErr error
+		ast.WalkExprs(c.Modules[name], func(e *ast.Expr) bool {
+			for _, w := range e.With {
+				if ref, ok := w.Target.Value.(ast.Ref); ok && withErr == nil && replacesHostList(ref) {
+					withErr = fmt.Errorf("%s: `with %s` replaces a host list the shipped rules read; the host lists are data, checked as they load", w.Location, w.Target)
+				}
+			}
+			return withErr != nil
+		})
+		if withErr != nil {
+			return withErr
+		}
 		for _, r := range c.Modules[name].Rules {
 			ref := r.Ref()
 			if len(ref) < 3 || !ref[0].Equal(ast.DefaultRootDocument) || !ref[1].Equal(ast.StringTerm(HostsKey)) {
@@ -133,6 +148,20 @@ func checkHostRules(c *ast.Compiler) error {
 		}
 	}
 	return nil
+}
+
+// replacesHostList reports whether a `with` target is data.hosts, or one of the shipped
+// lists, or within one.
+func replacesHostList(ref ast.Ref) bool {
+	if len(ref) < 2 || !ref[0].Equal(ast.DefaultRootDocument) || !ref[1].Equal(ast.StringTerm(HostsKey)) {
+		return false
+	}
+	if len(ref) == 2 {
+		return true
+	}
+	list, ok := ref[2].Value.(ast.String)
+	_, shipped := shippedLists[string(list)]
+	return !ok || shipped
 }
 
 // checkHostKey refuses a key that no request's host can equal: the policy input has hosts
@@ -181,11 +210,16 @@ func (k kind) holds(v any) bool {
 func wholeNumber(v any) (int64, bool) {
 	switch n := v.(type) {
 	case json.Number:
-		if i, err := n.Int64(); err == nil {
-			return i, true
+		// Exactly, as OPA compares numbers: 443.0 and 4.43e2 are 443; 443.0000000000000001
+		// is not, though a float64 would round it to 443.
+		if f, err := n.Float64(); err != nil || math.Abs(f) > 1<<53 {
+			return 0, false // not a port; and 1e100000000 is not worth making exact
 		}
-		f, err := n.Float64() // 443.0 or 4.43e2: OPA compares numbers by value
-		return int64(f), err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53
+		r, ok := new(big.Rat).SetString(string(n))
+		if !ok || !r.IsInt() || !r.Num().IsInt64() {
+			return 0, false
+		}
+		return r.Num().Int64(), true
 	case float64:
 		return int64(n), n == math.Trunc(n) && math.Abs(n) < 1<<53
 	case int:

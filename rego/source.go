@@ -52,9 +52,21 @@ func (s *policySource) policyModules() map[string]*ast.Module {
 	return out
 }
 
-// hasTests reports whether the source holds any *_test.rego file.
+// hasTests reports whether the source holds any test: a *_test.rego file, or a rule named
+// test_... in any file, which OPA's test runner (and `opa test`) runs wherever it is (red
+// team: a failing test in checks.rego did not stop its policy from loading).
 func (s *policySource) hasTests() bool {
-	return slices.ContainsFunc(slices.Collect(maps.Keys(s.modules)), isTestFile)
+	for name, m := range s.modules {
+		if isTestFile(name) {
+			return true
+		}
+		for _, r := range m.Rules {
+			if n, ok := r.Head.Ref()[0].Value.(ast.Var); ok && (strings.HasPrefix(string(n), "test_") || strings.HasPrefix(string(n), "todo_test_")) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // loadDir loads a policy directory the way `opa eval -d DIR` and `opa test DIR` do: every

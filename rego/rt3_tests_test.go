@@ -1,0 +1,41 @@
+package rego
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Red team (round 3): load runs a policy's own tests only when a file is named *_test.rego
+// (hasTests), but OPA's tester, like `opa test DIR`, runs every test_ rule of every module.
+// A policy whose only tests live in, say, checks.rego (or whose *_test.rego files were
+// removed) loads with a failing test: `airlock policy test` / `opa test` report the failure,
+// the proxy serves the policy anyway.
+func TestRT3TestsOutsideTestFilesRun(t *testing.T) {
+	dir := t.TempDir()
+	writeShippedRules(t, dir)
+	tests, _ := filepath.Glob(filepath.Join(dir, "*_test.rego"))
+	for _, f := range tests {
+		_ = os.Remove(f)
+	}
+	data, err := fs.ReadFile(ShippedPolicy(), "data.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{
+		"data.json":    string(data),
+		"zz_open.rego": "package airlock\n\nallow contains {\"action\": \"allow\", \"rule\": \"rt.open\", \"reason\": \"open\", \"credentials\": [], \"tunnel\": true} if input.request.host == \"evil.example\"\n",
+		"checks.rego":  "package checks\n\ntest_evil_is_denied if { data.airlock.decision.action == \"deny\" with input as {\"version\": 1, \"phase\": \"connect\", \"request\": {\"host\": \"evil.example\", \"port\": 443}} }\n",
+	})
+	_, failed, err := RunTests(context.Background(), dir, nil, false)
+	if err != nil || failed == 0 {
+		t.Fatalf("baseline: RunTests (as `airlock policy test`) found %d failures (%v), want 1", failed, err)
+	}
+	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
+	if err == nil {
+		d, derr := e.Decide(context.Background(), requestInput("GET", "evil.example", "/"))
+		t.Errorf("a policy whose test (in checks.rego) fails loaded; GET evil.example → %s by %q (%v)", d.Action, d.Rule, derr)
+	}
+}
