@@ -88,6 +88,9 @@ func TestBodilessAnswersWithALengthPass(t *testing.T) {
 			if o.status != code || o.body != "" || o.header.Get("Etag") != `"v1"` {
 				t.Errorf("%s: upstream %d with Content-Length 10 and no body: got %d %q, want it passed on\n%s", kind, code, o.status, o.body, o.raw)
 			}
+			if code == http.StatusNoContent && o.header.Get("Content-Length") != "" {
+				t.Errorf("%s: a 204 passed on with Content-Length %q; a 204 has none\n%s", kind, o.header.Get("Content-Length"), o.raw)
+			}
 		}
 	}
 }

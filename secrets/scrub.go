@@ -119,9 +119,15 @@ func (s *scrubber) ScrubResponse(resp *http.Response) error {
 	}
 	if bodiless(resp) {
 		// Nothing of a body reaches the client; reading one would only fail (HTTP/2 reports
-		// a 304's declared Content-Length without data as an unexpected EOF).
+		// a 304's declared Content-Length without data as an unexpected EOF). A 304's or a
+		// HEAD answer's length is the resource's and stays; a 1xx or 204 has none (RFC 9110,
+		// 8.6), and a client that believed one could wait for bytes that never come.
 		_ = resp.Body.Close()
 		resp.Body = http.NoBody
+		if resp.StatusCode < 200 || resp.StatusCode == http.StatusNoContent {
+			resp.Header.Del("Content-Length")
+			resp.ContentLength = 0
+		}
 		return nil
 	}
 	body := resp.Body
