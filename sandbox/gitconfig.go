@@ -116,7 +116,9 @@ func (p *cfgParser) header() (string, bool) {
 		p.i++
 	}
 	name := strings.ToLower(p.s[start:p.i])
-	if name == "" || p.i >= len(p.s) {
+	// An empty part ("[.]", "[.core]", "[core.]") names no section git reads settings of:
+	// its keys ("..x", ".core.hookspath") match none git looks up.
+	if name == "" || p.i >= len(p.s) || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, "..") {
 		return "", false
 	}
 	if p.s[p.i] == ']' {

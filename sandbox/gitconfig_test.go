@@ -46,6 +46,7 @@ line
 func FuzzParseGitConfig(f *testing.F) {
 	f.Add("[core]\n\thooksPath = x\n[include]\npath=y\n")
 	f.Add("[a \"b\\\"c\"] k = \"v ; w\" \\\n z")
+	f.Add("[.]00000") // found by CI's fuzzing: a section with an empty part
 	f.Fuzz(func(t *testing.T, text string) {
 		for _, e := range parseGitConfig(text).entries {
 			section, _, _ := strings.Cut(e.key, ".")
