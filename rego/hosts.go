@@ -33,7 +33,8 @@ const (
 )
 
 var kindWant = map[kind]string{
-	kText: "a string", kPath: `a path starting with "/"`, kFlag: "true or false", kTexts: "a list of strings",
+	kText: "a string", kPath: `a path starting with "/"`, kFlag: "true or false", kPort: "a port number, 1 to 65535",
+	kTexts: "a list of strings",
 	kPaths: `a list of paths starting with "/"`, kPorts: "a list of port numbers such as [443]",
 }
 
@@ -99,7 +100,19 @@ func checkHostLists(data map[string]any) error {
 				case !set && s.required:
 					return fmt.Errorf("%s has no %q; want %s", at, s.name, kindWant[s.kind])
 				case set && !s.kind.holds(v):
-					return fmt.Errorf("%s.%s is %s, want %s; the shipped rules skip a host whose setting they cannot read", at, s.name, kindOf(v), kindWant[s.kind])
+					what, got, want := s.name, v, s.kind
+					// In a list of the right kind of list, name the element at fault.
+					if list, isList := v.([]any); isList {
+						if ek, listKind := elem[s.kind]; listKind {
+							for i, e := range list {
+								if !ek.holds(e) {
+									what, got, want = fmt.Sprintf("%s[%d]", s.name, i), e, ek
+									break
+								}
+							}
+						}
+					}
+					return fmt.Errorf("%s.%s is %s, want %s; the shipped rules skip a host whose setting they cannot read", at, what, kindOf(got), kindWant[want])
 				}
 			}
 			if other, dup := listOf[host]; dup {

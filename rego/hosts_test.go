@@ -95,10 +95,10 @@ func TestHostEntriesMustBeObjects(t *testing.T) {
 		}, `data.hosts.registries["x.example"]: x.example is also in data.hosts.github; a host belongs to one list`},
 		{"ports as strings", func(h map[string]any) {
 			h["github"].(map[string]any)["x.example"] = map[string]any{"authenticated": true, "ports": []any{"443"}}
-		}, `data.hosts.github["x.example"].ports is a list, want a list of port numbers`},
+		}, `data.hosts.github["x.example"].ports[0] is a string, want a port number, 1 to 65535`},
 		{"port out of range", func(h map[string]any) {
 			h["github"].(map[string]any)["x.example"] = map[string]any{"authenticated": true, "ports": []any{70000}}
-		}, `.ports is a list, want a list of port numbers`},
+		}, `.ports[0] is a number (70000), want a port number, 1 to 65535`},
 		{"authenticated as a string", func(h map[string]any) {
 			h["github"].(map[string]any)["x.example"] = map[string]any{"authenticated": "yes"}
 		}, `data.hosts.github["x.example"].authenticated is a string, want true or false`},
@@ -107,7 +107,7 @@ func TestHostEntriesMustBeObjects(t *testing.T) {
 		}, `data.hosts.registries["y.example"] has no "ecosystem"`},
 		{"read_posts not paths", func(h map[string]any) {
 			h["registries"].(map[string]any)["y.example"] = map[string]any{"ecosystem": "Go", "read_posts": []any{"q"}}
-		}, `.read_posts is a list, want a list of paths starting with "/"`},
+		}, `.read_posts[0] is a string, want a path starting with "/"`},
 		{"mcp path missing", func(h map[string]any) {
 			h["mcp"].(map[string]any)["y.example"] = map[string]any{"read_tools": []any{"a"}}
 		}, `data.hosts.mcp["y.example"] has no "path"`},

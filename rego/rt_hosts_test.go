@@ -40,7 +40,7 @@ func TestRTHostEntrySettingsShapes(t *testing.T) {
 			h["github"].(map[string]any)["x.example"] = c.gh
 		})})
 		rerr := e.Reload(context.Background())
-		if rerr == nil || !strings.Contains(rerr.Error(), `data.hosts.github["x.example"].ports is`) {
+		if rerr == nil || !strings.Contains(rerr.Error(), `data.hosts.github["x.example"].ports`) {
 			t.Errorf("%s: Reload error %v, want one naming the ports setting", c.name, rerr)
 		}
 		got, err := e.Decide(context.Background(), post)
