@@ -259,7 +259,7 @@ func (e *Engine) eval(ctx context.Context, in *Input, explain bool) (Decision, s
 	if err := ctx.Err(); err != nil {
 		return Decision{}, "", fmt.Errorf("evaluate policy: %w", err)
 	}
-	snap := e.cur.Load()
+	snap := e.cur.Load() // snapshot's own first step, kept inline on every request's path
 	if snap == nil {
 		var err error
 		if snap, err = e.snapshot(ctx); err != nil {

@@ -32,6 +32,23 @@ func writeShippedRules(tb testing.TB, dir string) {
 	}
 }
 
+// writeShippedRulesOnly copies the shipped rules without their tests, for a policy whose
+// data is not the shipped data.json, which those tests read.
+func writeShippedRulesOnly(tb testing.TB, dir string) {
+	tb.Helper()
+	writeShippedRules(tb, dir)
+	tests, _ := filepath.Glob(filepath.Join(dir, "*_test.rego"))
+	for _, f := range tests {
+		if err := os.Remove(f); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// openEvilRule is a rule that allows anything to evil.example: added to a policy that must
+// never be used, it shows when one was.
+const openEvilRule = "package airlock\n\nallow contains {\"action\": \"allow\", \"rule\": \"rt.open\", \"reason\": \"open\", \"credentials\": [], \"tunnel\": true} if input.request.host == \"evil.example\"\n"
+
 // writeFiles writes name → content files into dir.
 func writeFiles(tb testing.TB, dir string, files map[string]string) {
 	tb.Helper()

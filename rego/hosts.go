@@ -144,27 +144,17 @@ func checkHostRules(c *ast.Compiler) error {
 			return withErr
 		}
 		for _, r := range c.Modules[name].Rules {
-			ref := r.Ref()
-			if len(ref) < 3 || !ref[0].Equal(ast.DefaultRootDocument) || !ref[1].Equal(ast.StringTerm(HostsKey)) {
-				continue
+			if ref := r.Ref(); replacesHostList(ref) {
+				return fmt.Errorf("%s: rule %s defines a host list the shipped rules read (%s); those lists are data (data.json or data.yaml), checked as they load, not rules",
+					r.Location, ref, strings.Join(slices.Sorted(maps.Keys(shippedLists)), ", "))
 			}
-			list, ok := ref[2].Value.(ast.String)
-			if _, shipped := shippedLists[string(list)]; ok && !shipped {
-				continue
-			}
-			what := "data.hosts." + string(list)
-			if !ok {
-				what = "data.hosts[" + ref[2].String() + "], any list"
-			}
-			return fmt.Errorf("%s: rule %s defines %s; the host lists the shipped rules read (%s) are data (data.json or data.yaml), checked as they load, not rules",
-				r.Location, ref, what, strings.Join(slices.Sorted(maps.Keys(shippedLists)), ", "))
 		}
 	}
 	return nil
 }
 
-// replacesHostList reports whether a `with` target is data.hosts, or one of the shipped
-// lists, or within one.
+// replacesHostList reports whether ref (a `with` target, a rule's) is data.hosts, one of
+// the shipped lists, any list (data.hosts[x]), or within one.
 func replacesHostList(ref ast.Ref) bool {
 	if len(ref) < 2 || !ref[0].Equal(ast.DefaultRootDocument) || !ref[1].Equal(ast.StringTerm(HostsKey)) {
 		return false
@@ -219,30 +209,23 @@ func (k kind) holds(v any) bool {
 	return true
 }
 
-// wholeNumber reads a JSON or YAML number that is a whole number.
+// wholeNumber reads a number of the policy's data that is a whole number. OPA's loaders
+// (JSON, YAML, bundles) give numbers as json.Number.
 func wholeNumber(v any) (int64, bool) {
-	switch n := v.(type) {
-	case json.Number:
-		// Exactly, as OPA compares numbers: 443.0 and 4.43e2 are 443; 443.0000000000000001
-		// is not, though a float64 would round it to 443.
-		if f, err := n.Float64(); err != nil || math.Abs(f) > 1<<53 {
-			return 0, false // not a port; and 1e100000000 is not worth making exact
-		}
-		r, ok := new(big.Rat).SetString(string(n))
-		if !ok || !r.IsInt() || !r.Num().IsInt64() {
-			return 0, false
-		}
-		return r.Num().Int64(), true
-	case float64:
-		return int64(n), n == math.Trunc(n) && math.Abs(n) < 1<<53
-	case int:
-		return int64(n), true
-	case int64:
-		return n, true
-	case uint64:
-		return int64(n), n < math.MaxInt64
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	// Exactly, as OPA compares numbers: 443.0 and 4.43e2 are 443; 443.0000000000000001 is
+	// not, though a float64 would round it to 443.
+	if f, err := n.Float64(); err != nil || math.Abs(f) > 1<<53 {
+		return 0, false // not a port; and 1e100000000 is not worth making exact
+	}
+	r, ok := new(big.Rat).SetString(string(n))
+	if !ok || !r.IsInt() || !r.Num().IsInt64() {
+		return 0, false
+	}
+	return r.Num().Int64(), true
 }
 
 // kindOf names a JSON value's type for an error message.

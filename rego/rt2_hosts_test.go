@@ -2,8 +2,6 @@ package rego
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -24,12 +22,7 @@ func TestRT2HostListsDefinedByRules(t *testing.T) {
 		"comprehension":    "package hosts\n\ngithub[h] := {\"authenticated\": true, \"ports\": [\"443\"]} if some h in {\"x.example\"}\n",
 	} {
 		dir := t.TempDir()
-		writeShippedRules(t, dir)
-		// The shipped tests read the shipped github list; this policy has its own.
-		tests, _ := filepath.Glob(filepath.Join(dir, "*_test.rego"))
-		for _, f := range tests {
-			_ = os.Remove(f)
-		}
+		writeShippedRulesOnly(t, dir)
 		writeFiles(t, dir, map[string]string{"data.json": noGH, "hosts.rego": rules})
 		e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
 		if err != nil {
@@ -48,14 +41,7 @@ func TestRT2HostListsDefinedByRules(t *testing.T) {
 // check refuses it as "not a list of port numbers": a valid config does not load.
 func TestRT2PortsWholeFloatLoad(t *testing.T) {
 	for _, raw := range []string{"443.0", "4.43e2"} {
-		dir := t.TempDir()
-		writeShippedRules(t, dir)
-		tests, _ := filepath.Glob(filepath.Join(dir, "*_test.rego"))
-		for _, f := range tests {
-			_ = os.Remove(f)
-		}
-		writeFiles(t, dir, map[string]string{"data.json": `{"hosts":{"github":{"x.example":{"authenticated":true,"ports":[` + raw + `]}}}}`})
-		e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
+		e, err := githubPortsPolicy(t, raw)
 		if err != nil {
 			t.Errorf("ports [%s] refused: %v", raw, err)
 			continue
@@ -64,4 +50,14 @@ func TestRT2PortsWholeFloatLoad(t *testing.T) {
 			t.Errorf("ports [%s]: POST x.example/q → %s by %q (%v), want approve", raw, d.Action, d.Rule, err)
 		}
 	}
+}
+
+// githubPortsPolicy loads the shipped rules with one GitHub host, x.example, whose ports
+// setting is the JSON text ports.
+func githubPortsPolicy(t *testing.T, ports string) (*Engine, error) {
+	t.Helper()
+	dir := t.TempDir()
+	writeShippedRulesOnly(t, dir)
+	writeFiles(t, dir, map[string]string{"data.json": `{"hosts":{"github":{"x.example":{"authenticated":true,"ports":[` + ports + `]}}}}`})
+	return New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
 }

@@ -20,7 +20,7 @@ func failingPolicyDir(t *testing.T) string {
 	}
 	writeFiles(t, dir, map[string]string{
 		"data.json":         string(data),
-		"zz_open.rego":      "package airlock\n\nallow contains {\"action\": \"allow\", \"rule\": \"rt.open\", \"reason\": \"open\", \"credentials\": [], \"tunnel\": true} if input.request.host == \"evil.example\"\n",
+		"zz_open.rego":      openEvilRule,
 		"zz_fail_test.rego": "package zz_test\n\ntest_never_passes if { false }\n",
 	})
 	if _, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout}); err == nil {

@@ -2,8 +2,6 @@ package rego
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -15,14 +13,7 @@ import (
 // load, or the entry must work as the check read it.
 func TestRT3PortsNotExactlyWholeRefused(t *testing.T) {
 	for _, raw := range []string{"443.0000000000000001", "4430000000000000001e-16"} {
-		dir := t.TempDir()
-		writeShippedRules(t, dir)
-		tests, _ := filepath.Glob(filepath.Join(dir, "*_test.rego"))
-		for _, f := range tests {
-			_ = os.Remove(f)
-		}
-		writeFiles(t, dir, map[string]string{"data.json": `{"hosts":{"github":{"x.example":{"authenticated":true,"ports":[` + raw + `]}}}}`})
-		e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
+		e, err := githubPortsPolicy(t, raw)
 		if err != nil {
 			continue // refused: held
 		}

@@ -3,8 +3,6 @@ package rego
 import (
 	"context"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -15,18 +13,14 @@ import (
 // the proxy serves the policy anyway.
 func TestRT3TestsOutsideTestFilesRun(t *testing.T) {
 	dir := t.TempDir()
-	writeShippedRules(t, dir)
-	tests, _ := filepath.Glob(filepath.Join(dir, "*_test.rego"))
-	for _, f := range tests {
-		_ = os.Remove(f)
-	}
+	writeShippedRulesOnly(t, dir)
 	data, err := fs.ReadFile(ShippedPolicy(), "data.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeFiles(t, dir, map[string]string{
 		"data.json":    string(data),
-		"zz_open.rego": "package airlock\n\nallow contains {\"action\": \"allow\", \"rule\": \"rt.open\", \"reason\": \"open\", \"credentials\": [], \"tunnel\": true} if input.request.host == \"evil.example\"\n",
+		"zz_open.rego": openEvilRule,
 		"checks.rego":  "package checks\n\ntest_evil_is_denied if { data.airlock.decision.action == \"deny\" with input as {\"version\": 1, \"phase\": \"connect\", \"request\": {\"host\": \"evil.example\", \"port\": 443}} }\n",
 	})
 	_, failed, err := RunTests(context.Background(), dir, nil, false)

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"strings"
 )
@@ -13,15 +14,14 @@ import (
 // net/http and its HTTP/2 transport log there, and quote bytes a peer sent: "Unsolicited
 // response received on idle HTTP channel starting with %q" holds the first bytes an
 // upstream wrote after its response, which may echo a credential airlock attached.
-func StdLogWriter(l *slog.Logger) *StdLog { return &StdLog{l: l} }
+func StdLogWriter(l *slog.Logger) io.Writer { return stdLog{l: l} }
 
-// StdLog is the writer StdLogWriter returns.
-type StdLog struct{ l *slog.Logger }
+type stdLog struct{ l *slog.Logger }
 
 // Withheld replaces each quoted string of a standard library log line.
 const Withheld = `"[withheld: bytes from a peer]"`
 
-func (s *StdLog) Write(p []byte) (int, error) {
+func (s stdLog) Write(p []byte) (int, error) {
 	for line := range bytes.Lines(p) {
 		text := strings.TrimRight(string(line), "\r\n")
 		if text == "" {
