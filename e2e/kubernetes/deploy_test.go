@@ -345,7 +345,7 @@ func (d *deployment) startPostgres(pgCA *ca.CA, password string) error {
 		}
 	}
 	asPG := func(args ...string) error {
-		out, err := exec.Command("runuser", append([]string{"-u", "postgres", "--"}, args...)...).CombinedOutput()
+		out, err := asPostgres(args...).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%s: %v\n%s", filepath.Base(args[0]), err, out)
 		}
@@ -377,9 +377,18 @@ func (d *deployment) startPostgres(pgCA *ca.CA, password string) error {
 
 // psql runs a query on the test's PostgreSQL (over its unix socket).
 func (d *deployment) psql(query string) (string, error) {
-	out, err := exec.Command("runuser", "-u", "postgres", "--", filepath.Join(d.pgBin, "psql"), "-h", d.pgDir,
+	out, err := asPostgres(filepath.Join(d.pgBin, "psql"), "-h", d.pgDir,
 		"-p", strconv.Itoa(d.pgPort), "-U", "airlock", "-d", "airlock", "-At", "-c", query).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// asPostgres is a command run as the postgres user, from /: the checkout may be a directory
+// only root can enter (a clone in `mktemp -d`), and psql then adds "could not change
+// directory" to its output.
+func asPostgres(args ...string) *exec.Cmd {
+	cmd := exec.Command("runuser", append([]string{"-u", "postgres", "--"}, args...)...)
+	cmd.Dir = "/"
+	return cmd
 }
 
 func (d *deployment) stopPostgres() {
@@ -387,5 +396,5 @@ func (d *deployment) stopPostgres() {
 		return
 	}
 	d.stopped = true
-	exec.Command("runuser", "-u", "postgres", "--", filepath.Join(d.pgBin, "pg_ctl"), "-D", filepath.Join(d.pgDir, "data"), "-m", "fast", "-w", "stop").Run()
+	asPostgres(filepath.Join(d.pgBin, "pg_ctl"), "-D", filepath.Join(d.pgDir, "data"), "-m", "fast", "-w", "stop").Run()
 }
