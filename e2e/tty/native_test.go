@@ -114,8 +114,8 @@ func TestTerminalRestoredOnEveryWayOut(t *testing.T) {
 		t.Errorf("crashed command: status %s, want 139:\n%s", st, tm.screen())
 	}
 	tm.settingsSame("after a crashed command")
-	tm.typeLine(`$AIRLOCK sandbox run -- sh -c 'echo running; sleep 60'; echo "term-""status=$?"`)
-	tm.waitFor("running")
+	tm.typeLine(`$AIRLOCK sandbox run -- sh -c 'echo run""ning; sleep 60'; echo "term-""status=$?"`)
+	tm.waitFor("running") // the output: the typed line has run""ning
 	tm.termAirlock()
 	tm.settingsSame("after SIGTERM to airlock")
 }

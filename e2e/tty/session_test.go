@@ -180,8 +180,8 @@ func TestSessionExecTIOCSTI(t *testing.T) {
 	tm.typeLine(fmt.Sprintf(`X="%s"; ID=%s`, p.flags, id))
 	tm.tiocstiStaysInside(`$AIRLOCK sandbox exec -it $X $ID -- sh -c 'python3 /tmp/sti.py; read -r line; echo "sandbox-read:[$line]"'; echo "sti-""status=$?"`)
 
-	tm.typeLine(`$AIRLOCK sandbox exec $X $ID -- sh -c 'echo running; sleep 60'; echo "term-""status=$?"`)
-	tm.waitFor("running")
+	tm.typeLine(`$AIRLOCK sandbox exec $X $ID -- sh -c 'echo run""ning; sleep 60'; echo "term-""status=$?"`)
+	tm.waitFor("running") // the output: the typed line has run""ning
 	tm.termAirlock()
 	tm.settingsSame("after SIGTERM to airlock")
 }
