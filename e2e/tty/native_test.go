@@ -59,7 +59,10 @@ func TestJobControlInAShell(t *testing.T) {
 	tm.typeLine(`$AIRLOCK sandbox run -it -- env PS1='in''ner$ ' bash --norc -i; echo "bash-""status=$?"`)
 	tm.waitFor("inner$ ")
 	tm.sync()
-	tm.typeLine("sleep 30")
+	// Ctrl-Z once the job runs in the foreground (its output shows it): sent at once, it
+	// could reach bash before the job started.
+	tm.typeLine(`sh -c 'echo sle""eping; exec sleep 30'`)
+	tm.waitFor("sleeping")
 	tm.keys("C-z")
 	tm.waitFor("Stopped")
 	tm.typeLine(`jobs; kill %1; echo "killed""-job"`)
