@@ -81,12 +81,10 @@ func runRootless() (int, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("build sysprobe: %v\n%s", err, out)
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return 0, err
-	}
 	cmd := exec.Command(test, os.Args[1:]...)
-	cmd.Dir = wd
+	// From the binaries' directory (0755), not the package's: the checkout may be one the
+	// user cannot enter (a clone in `mktemp -d`); the rootless suites read nothing there.
+	cmd.Dir = filepath.Dir(bin)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
 	path := "/usr/local/bin:/usr/bin:/bin"
 	if gobin, err := exec.LookPath("go"); err == nil { // for the stdlib-only clients suites build
