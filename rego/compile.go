@@ -24,6 +24,7 @@ type snapshot struct {
 	query    ast.Body // resultVar = data.airlock.decision, compiled once
 	store    storage.Store
 	txn      storage.Transaction // a read transaction held for the snapshot's life: the store is never written
+	data     *dataCache          // the store's base documents, read once
 	use      inputUse            // which optional input parts the policy reads
 	sbx      sandboxTerms        // the sandbox part of the last input, reused by the next
 	cache    *decisionCache      // nil when the policy is not cacheable
@@ -65,6 +66,11 @@ func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
 		store.Abort(ctx, txn)
 		return nil, fmt.Errorf("compile policy %s: no rule defines %s (package airlock, rule decision)", src.source, DecisionQuery)
 	}
+	dc, err := newDataCache(ctx, store, txn)
+	if err != nil {
+		store.Abort(ctx, txn)
+		return nil, fmt.Errorf("compile policy %s: read data: %w", src.source, err)
+	}
 	qc := c.QueryCompiler()
 	query, err := qc.Compile(ast.NewBody(ast.Equality.Expr(ast.NewTerm(resultVar), ast.NewTerm(decisionRef))))
 	if err != nil {
@@ -77,6 +83,7 @@ func compileSource(ctx context.Context, src *policySource) (*snapshot, error) {
 		query:     query,
 		store:     store,
 		txn:       txn,
+		data:      dc,
 		use:       inputUseOf(c),
 		cache:     newDecisionCache(c, inputUseOf(c)),
 		bodyAware: ba,

@@ -297,17 +297,14 @@ func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, expla
 	}()
 	// One Cancel serves both the caller's context and the per-evaluation timeout; this avoids
 	// the goroutine OPA would start per evaluation to watch the context.
-	cancel := topdown.NewCancel()
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(e.opts.Timeout, func() { timedOut.Store(true); cancel.Cancel() })
-	stop := context.AfterFunc(ctx, cancel.Cancel)
-	defer func() { timer.Stop(); stop() }()
+	cancel := newEvalCancel(ctx, e.opts.Timeout)
 
 	q := topdown.NewQuery(snap.query).
 		WithQueryCompiler(snap.qc).
 		WithCompiler(snap.compiler).
 		WithStore(snap.store).
 		WithTransaction(snap.txn).
+		WithBaseCache(snap.data).
 		WithInput(ast.NewTerm(inputValueReusing(in, snap.use, &snap.sbx))).
 		WithCancel(cancel).
 		WithMetrics(metrics.NoOp()).
@@ -332,7 +329,7 @@ func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, expla
 		trace = sb.String()
 	}
 	switch {
-	case err != nil && timedOut.Load():
+	case err != nil && cancel.timedOut.Load():
 		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %w after %s", snap.revision, ErrTimeout, e.opts.Timeout)
 	case err != nil && ctx.Err() != nil:
 		return Decision{}, trace, fmt.Errorf("evaluate policy %s: %w", snap.revision, ctx.Err())
