@@ -27,7 +27,7 @@ mcp_protocol_methods := {
 allow contains {
 	"action": "allow",
 	"rule": "mcp.connect",
-	"reason": concat("", [input.request.host, " is an MCP server; its tool calls are checked one by one"]),
+	"reason": "an MCP server: its tool calls are checked one by one",
 	"credentials": [],
 	"tunnel": false,
 } if {

@@ -50,7 +50,6 @@ test_registries_reads_allowed_without_credentials if {
 		d.action == "allow"
 		d.rule == "registries.read"
 		d.credentials == []
-		contains(d.reason, c[1])
 		d.reflects == false # packages are compressed archives, downloads may be ranged
 	}
 }
@@ -90,7 +89,7 @@ test_registry_list_comes_from_data if {
 	hosts := {"mirror.example.com": {"ecosystem": "PyPI mirror"}}
 	d := airlock.decision with input as request("GET", "mirror.example.com", "/simple/") with data.hosts.registries as hosts
 	d.action == "allow"
-	d.reason == "reading from the PyPI mirror package registry mirror.example.com is allowed"
+	d.rule == "registries.read"
 	d2 := airlock.decision with input as request("GET", "pypi.org", "/simple/") with data.hosts.registries as hosts
 	d2.action == "deny"
 }
