@@ -2,6 +2,7 @@ package rego
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,23 +11,52 @@ import (
 
 // evalCancel stops one evaluation when its caller's context ends or its time is up. OPA
 // asks Cancelled before every expression it evaluates (and in its long-running builtins'
-// loops); every 64th time this one also reads the clock and the context. A timer and a
-// context.AfterFunc per evaluation, which it replaces, cost more than the evaluation's
-// rules on the path of a request the decision cache has not seen; a runaway evaluation is
-// stopped as before, at most 63 expressions after its deadline.
+// loops): the context is read there, without a context.AfterFunc, and the timeout is a
+// timer kept with the evalCancel in a pool, reset for each evaluation, so that a request
+// the decision cache has not seen pays neither for a new timer nor for the context's
+// watch. The evaluation stops at the first expression after its deadline or its
+// context's end, as with a timer and a watch of its own (red team: a check every 64th
+// expression let an agent whose input made one expression slow run 12x past the timeout).
 type evalCancel struct {
 	flag     atomic.Bool
 	timedOut atomic.Bool
-	calls    atomic.Uint32
 	done     <-chan struct{}
-	start    time.Time
-	timeout  time.Duration
+	timer    *time.Timer
 }
 
 var _ topdown.Cancel = (*evalCancel)(nil)
 
-func newEvalCancel(ctx context.Context, timeout time.Duration) *evalCancel {
-	return &evalCancel{done: ctx.Done(), start: time.Now(), timeout: timeout}
+var cancelPool sync.Pool
+
+// startEvalCancel returns an evalCancel for ctx whose timer fires after timeout. Its
+// stop must be called once the evaluation has ended and its outcome been read.
+func startEvalCancel(ctx context.Context, timeout time.Duration) *evalCancel {
+	c, _ := cancelPool.Get().(*evalCancel)
+	if c == nil {
+		c = &evalCancel{}
+		c.timer = time.AfterFunc(timeout, c.expire)
+	} else {
+		c.timer.Reset(timeout)
+	}
+	c.done = ctx.Done()
+	return c
+}
+
+func (c *evalCancel) expire() {
+	c.timedOut.Store(true)
+	c.flag.Store(true)
+}
+
+// stop ends the evaluation's timer. An evalCancel whose timer has fired, or is firing,
+// is not reused: its expire could land on the next evaluation.
+func (c *evalCancel) stop() {
+	if !c.timer.Stop() {
+		return
+	}
+	c.done = nil
+	c.flag.Store(false)
+	c.timedOut.Store(false)
+	cancelPool.Put(c)
 }
 
 func (c *evalCancel) Cancel() { c.flag.Store(true) }
@@ -35,7 +65,7 @@ func (c *evalCancel) Cancelled() bool {
 	if c.flag.Load() {
 		return true
 	}
-	if c.calls.Add(1)&63 != 0 {
+	if c.done == nil {
 		return false
 	}
 	select {
@@ -43,11 +73,6 @@ func (c *evalCancel) Cancelled() bool {
 		c.flag.Store(true)
 		return true
 	default:
+		return false
 	}
-	if time.Since(c.start) > c.timeout {
-		c.timedOut.Store(true)
-		c.flag.Store(true)
-		return true
-	}
-	return false
 }

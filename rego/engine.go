@@ -297,7 +297,8 @@ func (e *Engine) evalQuery(ctx context.Context, snap *snapshot, in *Input, expla
 	}()
 	// One Cancel serves both the caller's context and the per-evaluation timeout; this avoids
 	// the goroutine OPA would start per evaluation to watch the context.
-	cancel := newEvalCancel(ctx, e.opts.Timeout)
+	cancel := startEvalCancel(ctx, e.opts.Timeout)
+	defer cancel.stop() // after the outcome below has read cancel.timedOut
 
 	q := topdown.NewQuery(snap.query).
 		WithQueryCompiler(snap.qc).

@@ -84,3 +84,35 @@ decision := {"action": "allow"} if {
 		t.Errorf("got %+v, %v; want a deny and ErrTimeout", d, err)
 	}
 }
+
+// Red team: an evaluation must stop at the first expression after its deadline or its
+// context's end. A check every 64th expression let an agent whose input made each
+// expression slow (split of a 1 MiB path) run 12x past the timeout.
+func TestEvalCancelAnswersAtOnce(t *testing.T) {
+	c := startEvalCancel(context.Background(), time.Millisecond)
+	for !c.timedOut.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	if !c.Cancelled() {
+		t.Error("Cancelled after the timer fired = false, want true on the first call")
+	}
+	c.stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	c = startEvalCancel(ctx, time.Hour)
+	if c.Cancelled() {
+		t.Fatal("Cancelled before anything ended = true")
+	}
+	cancel()
+	if !c.Cancelled() {
+		t.Error("Cancelled after the context ended = false, want true on the first call")
+	}
+	c.stop()
+
+	// A reused evalCancel starts clean: no flag, no deadline of the evaluation before.
+	c = startEvalCancel(context.Background(), time.Hour)
+	if c.Cancelled() || c.timedOut.Load() {
+		t.Error("a fresh evaluation's Cancelled = true")
+	}
+	c.stop()
+}
