@@ -99,7 +99,7 @@ func canonicalInput(b []byte, in *Input, use inputUse) []byte {
 	if use.headers {
 		headers = r.Headers
 	}
-	b = appendMultiValue(b, query)
+	b = appendQuery(b, query, use.queryKeys)
 	b = appendMultiValue(b, headers)
 	return appendBodyViews(b, r, use)
 }
@@ -171,7 +171,35 @@ func appendLabels(b []byte, m map[string]string) []byte {
 	return b
 }
 
+// appendQuery encodes the query as queryTerm builds it: when keys is set, only the
+// parameters of keys, as appendMultiValue encodes a map of those alone.
+//
 //go:noinline
+func appendQuery(b []byte, q map[string][]string, keys []string) []byte {
+	if keys == nil || len(q) == 0 {
+		return appendMultiValue(b, q)
+	}
+	n := 0
+	for _, k := range keys {
+		if _, ok := q[k]; ok {
+			n++
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	for _, k := range keys { // sorted, as appendMultiValue's keys
+		vs, ok := q[k]
+		if !ok {
+			continue
+		}
+		b = appendString(b, k)
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendString(b, v)
+		}
+	}
+	return b
+}
+
 func appendMultiValue(b []byte, m map[string][]string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m)))
 	for _, k := range sortedKeys(m) {

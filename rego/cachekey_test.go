@@ -385,7 +385,7 @@ func checkKeyProperty(t *testing.T, a, b *Input, use inputUse) {
 }
 
 func TestCacheKeyPropertyQuick(t *testing.T) {
-	for _, use := range []inputUse{{}, {query: true}} {
+	for _, use := range []inputUse{{}, {query: true}, {query: true, queryKeys: []string{"", "a", "a="}}} {
 		f := func(seedA, seedB uint64) bool {
 			a, b := genInput(seedA), genInput(seedB)
 			checkKeyProperty(t, a, b, use)
@@ -408,5 +408,9 @@ func FuzzCacheKey(f *testing.F) {
 		a := genInput(seedA)
 		checkKeyProperty(t, a, genInput(seedB), inputUse{query: query})
 		checkKeyProperty(t, a, nearInput(a, seedB), inputUse{query: query})
+		// The query as a policy that reads three parameters by name sees it.
+		named := inputUse{query: true, queryKeys: []string{"", "a", "a="}}
+		checkKeyProperty(t, a, genInput(seedB), named)
+		checkKeyProperty(t, a, nearInput(a, seedB), named)
 	})
 }

@@ -3,6 +3,7 @@ package rego
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -115,4 +116,50 @@ func TestEvalCancelAnswersAtOnce(t *testing.T) {
 		t.Error("a fresh evaluation's Cancelled = true")
 	}
 	c.stop()
+}
+
+// The shipped policy reads one query parameter, service (git push discovery): the others
+// are not in its input, so a request that differs only in them is the same decision,
+// while service itself still decides, beside other parameters and with the decision
+// cache on.
+func TestQueryParametersTheShippedPolicyReads(t *testing.T) {
+	e, err := New(context.Background(), Options{Timeout: testEvalTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := e.cur.Load()
+	if want := []string{"service"}; !slices.Equal(snap.use.queryKeys, want) {
+		t.Fatalf("query parameters read: %q, want %q", snap.use.queryKeys, want)
+	}
+	withQuery := func(q map[string][]string) *Input {
+		in := requestInput("GET", "github.com", "/acme/app.git/info/refs")
+		in.Request.Query = q
+		return in
+	}
+	for _, tc := range []struct {
+		q    map[string][]string
+		rule string
+	}{
+		{map[string][]string{"service": {"git-upload-pack"}, "page": {"1"}}, "github.read"},
+		{map[string][]string{"service": {"git-receive-pack"}, "page": {"1"}}, "github.write"},
+		{map[string][]string{"page": {"2"}, "service": {"git-receive-pack"}}, "github.write"},
+		{map[string][]string{"service": {"git-upload-pack", "git-receive-pack"}}, "github.write"},
+		{map[string][]string{"page": {"2"}}, "github.read"},
+		{map[string][]string{"Service": {"git-receive-pack"}}, "github.read"},
+		{map[string][]string{"service": {"git-upload-pack"}, "page": {"3"}}, "github.read"},
+	} {
+		for range 2 { // evaluated, then from the cache
+			d, err := e.Decide(context.Background(), withQuery(tc.q))
+			if err != nil || d.Rule != tc.rule {
+				t.Errorf("query %v: %s by %q, %v; want %q", tc.q, d.Action, d.Rule, err, tc.rule)
+			}
+		}
+	}
+	// Unread parameters share one cache entry; service does not.
+	k1 := snap.cache.key(withQuery(map[string][]string{"page": {"1"}}))
+	k2 := snap.cache.key(withQuery(map[string][]string{"page": {"2"}, "q": {"x"}}))
+	k3 := snap.cache.key(withQuery(map[string][]string{"page": {"2"}, "service": {"x"}}))
+	if k1 != k2 || k1 == k3 {
+		t.Errorf("cache keys: unread parameters equal %v (want true), service differs %v (want true)", k1 == k2, k1 != k3)
+	}
 }

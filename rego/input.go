@@ -87,7 +87,9 @@ func requestTerm(r *RequestInput, use inputUse) *ast.Term {
 		add(keyPath, ast.InternedTerm(r.Path))
 	}
 	if use.query && len(r.Query) > 0 {
-		add(keyQuery, multiValue(r.Query))
+		if t := queryTerm(r.Query, use.queryKeys); t != nil {
+			add(keyQuery, t)
+		}
 	}
 	if use.headers && len(r.Headers) > 0 {
 		add(keyHeaders, multiValue(r.Headers))
@@ -209,16 +211,39 @@ func jsonTerm(v *jsondoc.Value) *ast.Term {
 	}
 }
 
+// queryTerm is the query object: every parameter when keys is nil, else those of keys it
+// holds; nil when that leaves none (the query is then left out, as an empty one is).
+func queryTerm(q map[string][]string, keys []string) *ast.Term {
+	if keys == nil {
+		return multiValue(q)
+	}
+	var small [4][2]*ast.Term
+	items := small[:0]
+	for _, k := range keys {
+		if vs, ok := q[k]; ok {
+			items = append(items, ast.Item(ast.InternedTerm(k), stringsTerm(vs)))
+		}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	return ast.NewTerm(ast.NewObject(items...))
+}
+
+func stringsTerm(vs []string) *ast.Term {
+	terms := make([]*ast.Term, len(vs))
+	for i, v := range vs {
+		terms[i] = ast.InternedTerm(v)
+	}
+	return ast.ArrayTerm(terms...)
+}
+
 // multiValue turns a query or header map into an object of string arrays.
 func multiValue(m map[string][]string) *ast.Term {
 	var small [8][2]*ast.Term
 	items := small[:0]
 	for k, vs := range m {
-		terms := make([]*ast.Term, len(vs))
-		for i, v := range vs {
-			terms[i] = ast.InternedTerm(v)
-		}
-		items = append(items, ast.Item(ast.InternedTerm(k), ast.ArrayTerm(terms...)))
+		items = append(items, ast.Item(ast.InternedTerm(k), stringsTerm(vs)))
 	}
 	return ast.NewTerm(ast.NewObject(items...))
 }

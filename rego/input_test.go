@@ -124,7 +124,14 @@ func TestInputUse(t *testing.T) {
 	}{
 		{"host only", `input.request.host == "a"`, inputUse{}},
 		{"header", `input.request.headers["x-a"]`, inputUse{headers: true}},
-		{"query", `input.request.query.q`, inputUse{query: true}},
+		{"query parameter", `input.request.query.q`, inputUse{query: true, queryKeys: []string{"q"}}},
+		{"query parameters", `input.request.query.q; input.request.query["a"][0] == "x"`, inputUse{query: true, queryKeys: []string{"a", "q"}}},
+		{"query object", `count(input.request.query) > 1`, inputUse{query: true}},
+		{"query object and a parameter", `input.request.query.q; is_object(input.request.query)`, inputUse{query: true}},
+		{"query parameter by a variable", `some k; input.request.query[k] == ["x"]`, inputUse{query: true}},
+		{"query parameter by a computed name", `input.request.query[concat("", ["a", "b"])]`, inputUse{query: true}},
+		{"query bound", `q := input.request.query; q.a`, inputUse{query: true}},
+		{"query under a variable top key", `some k; input[k].query.q`, inputUse{query: true, queryKeys: []string{"q"}}},
 		{"whole request", `object.get(input.request, "headers", {})`, useAll},
 		{"whole input", `is_object(input)`, useAll},
 		{"variable key", `some k; input.request[k] == "x"`, useAll},
@@ -148,7 +155,7 @@ func TestInputUse(t *testing.T) {
 			if c.Failed() {
 				t.Fatal(c.Errors)
 			}
-			if got := inputUseOf(c); got != tc.want {
+			if got := inputUseOf(c); !got.equal(tc.want) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})

@@ -1,6 +1,10 @@
 package rego
 
-import "github.com/open-policy-agent/opa/v1/ast"
+import (
+	"slices"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
 
 // inputUse says which optional parts of the input a compiled policy can read. Building the
 // query, header and body objects is the largest part of building the input, and most policies read
@@ -8,9 +12,18 @@ import "github.com/open-policy-agent/opa/v1/ast"
 // call's arguments and JSON-RPC id: a policy that decides on the tool alone then gets one
 // decision-cache entry per tool, where an id that differs on every call would make every
 // call a miss.
+//
+// A policy that reads query parameters only by name (input.request.query.service) sees only
+// those: the input and the decision-cache key hold just them, so that a parameter the policy
+// never reads (a page number, a cache buster) neither costs its building nor makes every
+// request a cache miss.
 type inputUse struct {
 	query, headers, body bool
-	mcpArgs, mcpID       bool
+	// queryKeys, with query set, are the only query parameters the policy reads, sorted;
+	// nil means every parameter (the policy reads the query object itself, or a parameter
+	// by a name it computes).
+	queryKeys      []string
+	mcpArgs, mcpID bool
 }
 
 // all is every optional part.
@@ -83,6 +96,11 @@ func refUse(r ast.Ref, existence bool) inputUse {
 	switch k := r[2].Value.(type) {
 	case ast.String:
 		u.query = k == queryKey
+		if u.query && len(r) > 3 {
+			if name, ok := r[3].Value.(ast.String); ok {
+				u.queryKeys = []string{string(name)}
+			}
+		}
 		u.headers = k == headersKey
 		u.body = k == bodyKey
 		if k != mcpKey || existence {
@@ -108,6 +126,27 @@ func refUse(r ast.Ref, existence bool) inputUse {
 func (u inputUse) or(v inputUse) inputUse {
 	return inputUse{
 		query: u.query || v.query, headers: u.headers || v.headers, body: u.body || v.body,
-		mcpArgs: u.mcpArgs || v.mcpArgs, mcpID: u.mcpID || v.mcpID,
+		queryKeys: orQueryKeys(u, v), mcpArgs: u.mcpArgs || v.mcpArgs, mcpID: u.mcpID || v.mcpID,
 	}
+}
+
+// orQueryKeys is the query parameters read by either: every one when either reads them all.
+func orQueryKeys(u, v inputUse) []string {
+	switch {
+	case !u.query:
+		return v.queryKeys
+	case !v.query:
+		return u.queryKeys
+	case u.queryKeys == nil || v.queryKeys == nil:
+		return nil
+	}
+	keys := append(slices.Clone(u.queryKeys), v.queryKeys...)
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// equal reports whether u and v read the same parts.
+func (u inputUse) equal(v inputUse) bool {
+	return u.query == v.query && u.headers == v.headers && u.body == v.body && u.mcpArgs == v.mcpArgs &&
+		u.mcpID == v.mcpID && slices.Equal(u.queryKeys, v.queryKeys) && (u.queryKeys == nil) == (v.queryKeys == nil)
 }
