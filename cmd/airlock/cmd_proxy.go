@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-proxy/airlock/admin"
+	"github.com/airlock-proxy/airlock/internal/gctune"
 )
 
 func newProxyCmd() *cobra.Command {
@@ -86,6 +87,7 @@ func runProxy(cmd *cobra.Command, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	defer s.close(context.Background())
+	gctune.Start(gctune.Default) // from here on the heap is mostly what requests leave
 	if m, err := s.startSessions(ctx, cmd); err != nil {
 		log.Warn("sandbox sessions are not served", "err", err)
 	} else {

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/airlock-proxy/airlock/admin"
+	"github.com/airlock-proxy/airlock/internal/gctune"
 	"github.com/airlock-proxy/airlock/sandbox"
 	"github.com/airlock-proxy/airlock/sandbox/docker"
 	"github.com/airlock-proxy/airlock/sandbox/kubernetes"
@@ -70,6 +71,7 @@ func runSandbox(cmd *cobra.Command, cfg *Config, sf *sandboxFlags, args []string
 		return err
 	}
 	defer s.close(context.Background())
+	gctune.Start(gctune.Default)
 	stopAdmin, err := s.serveAdmin(sf.adminListen)
 	if err != nil {
 		return err
