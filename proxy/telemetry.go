@@ -70,6 +70,9 @@ func (o *OTel) RequestStarted(ctx context.Context, r *http.Request) (context.Con
 }
 
 func (o *OTel) Step(ctx context.Context, step, phase string, out *http.Request) (context.Context, func(string)) {
+	if !trace.SpanFromContext(ctx).IsRecording() {
+		return o.unrecordedStep(ctx, step, phase, out)
+	}
 	s := &stepSpan{o: o, phase: phase}
 	switch step {
 	case "policy":
@@ -86,6 +89,24 @@ func (o *OTel) Step(ctx context.Context, step, phase string, out *http.Request) 
 	return ctx, s.done
 }
 
+// unrecordedStep is Step under a request span that records nothing (no span exporter:
+// every span is dropped, though each still gets ids): no child span is started, which
+// was 2-3% of the proxy's CPU per request. The upstream still gets a traceparent, the
+// request span's, so that its records name the trace and span of airlock's audit record;
+// the policy step still records its duration metric.
+func (o *OTel) unrecordedStep(ctx context.Context, step, phase string, out *http.Request) (context.Context, func(string)) {
+	switch step {
+	case "upstream":
+		telemetry.InjectTraceparent(ctx, out)
+	case "policy":
+		s := &stepSpan{o: o, phase: phase, policy: true, start: time.Now(), ctx: ctx}
+		return ctx, s.done
+	}
+	return ctx, noStep
+}
+
+func noStep(string) {}
+
 // stepSpan is one step's span and what its end records: one allocation for the step's
 // state instead of one per variable its closure would capture.
 type stepSpan struct {
@@ -101,7 +122,9 @@ func (s *stepSpan) done(errClass string) {
 	if s.policy {
 		s.o.T.Metrics().PolicyEval(s.ctx, s.phase, time.Since(s.start), errClass != "")
 	}
-	telemetry.EndSpan(s.span, errClass)
+	if s.span != nil {
+		telemetry.EndSpan(s.span, errClass)
+	}
 }
 
 func (o *OTel) Held(ctx context.Context) func(event.ApprovalState, bool, time.Duration) {

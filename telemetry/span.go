@@ -210,10 +210,17 @@ func StartUpstreamSpan(ctx context.Context, tracer trace.Tracer, out *http.Reque
 	if span.IsRecording() {
 		span.SetAttributes(requestStartAttrs(out)...)
 	}
+	InjectTraceparent(ctx, out)
+	return ctx, span
+}
+
+// InjectTraceparent replaces any traceparent and tracestate in out's headers with the
+// span context in ctx: what StartUpstreamSpan injects, for a caller that starts no span
+// of its own because the one in ctx records nothing.
+func InjectTraceparent(ctx context.Context, out *http.Request) {
 	out.Header.Del("traceparent")
 	out.Header.Del("tracestate")
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(out.Header))
-	return ctx, span
 }
 
 // UpstreamAnswered records the upstream's status code on the client span StartUpstreamSpan
