@@ -18,13 +18,17 @@ import (
 	"sync"
 )
 
-// Default is the heap airlock lets grow between collections while its live heap is small.
-const Default = 64 << 20
+// Default is the heap airlock lets grow between collections while its live heap is small:
+// twice the default's collections' spacing at rest (10 MiB live), and a heap that 10,000
+// idle connections leave within 300 MiB. 64 MiB with a 300% ceiling took 10,000 idle
+// connections to 295-304 MiB; 48 MiB with 200% to 281-291 at the same throughput
+// (docs/performance.md).
+const Default = 48 << 20
 
 // Bounds of the target (GOGC) Start sets.
 const (
 	minPercent = 100
-	maxPercent = 300
+	maxPercent = 200
 )
 
 // percentFor is the target that lets a heap whose live part is live grow to budget before

@@ -11,12 +11,12 @@ func TestPercentFor(t *testing.T) {
 		live, budget uint64
 		want         int
 	}{
-		{0, 64 << 20, maxPercent},
-		{10 << 20, 64 << 20, maxPercent}, // may grow to 40 MiB: within the budget
-		{16 << 20, 64 << 20, maxPercent}, // to 64 MiB exactly
-		{20 << 20, 64 << 20, 220},        // to 64 MiB
-		{32 << 20, 64 << 20, minPercent}, // half the budget: the default
-		{200 << 20, 64 << 20, minPercent},
+		{0, 48 << 20, maxPercent},
+		{10 << 20, 48 << 20, maxPercent}, // may grow to 30 MiB: within the budget
+		{16 << 20, 48 << 20, maxPercent}, // to 48 MiB exactly
+		{20 << 20, 48 << 20, 140},        // to 48 MiB
+		{24 << 20, 48 << 20, minPercent}, // half the budget: the default
+		{200 << 20, 48 << 20, minPercent},
 	} {
 		if got := percentFor(tc.live, tc.budget); got != tc.want {
 			t.Errorf("percentFor(%d MiB, %d MiB) = %d, want %d", tc.live>>20, tc.budget>>20, got, tc.want)
