@@ -53,6 +53,11 @@ var started sync.Once
 
 // Start tunes the collector for the rest of the process's life, after each collection. It
 // does nothing when the operator set GOGC in the environment, or when called again.
+//
+// The target is set by a finalizer, so it changes only when the runtime's finalizer
+// goroutine gets to it: a finalizer elsewhere in the process that blocked would leave the
+// last target in force (red team; none of airlock's block). It stays within [100, 200]
+// either way, and the live heap it reads can count objects allocated during the marking.
 func Start(budget uint64) {
 	if os.Getenv("GOGC") != "" {
 		return
