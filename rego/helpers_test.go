@@ -32,6 +32,18 @@ func writeShippedRules(tb testing.TB, dir string) {
 	}
 }
 
+// writeShippedData copies the shipped data.json into dir.
+func writeShippedData(tb testing.TB, dir string) {
+	tb.Helper()
+	b, err := fs.ReadFile(ShippedPolicy(), "data.json")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "data.json"), b, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // writeShippedRulesOnly copies the shipped rules without their tests, for a policy whose
 // data is not the shipped data.json, which those tests read.
 func writeShippedRulesOnly(tb testing.TB, dir string) {

@@ -2,7 +2,6 @@ package rego
 
 import (
 	"context"
-	"io/fs"
 	"testing"
 )
 
@@ -11,25 +10,30 @@ import (
 // A policy whose only tests live in, say, checks.rego (or whose *_test.rego files were
 // removed) loads with a failing test: `airlock policy test` / `opa test` report the failure,
 // the proxy serves the policy anyway.
+//
+// Review: OPA's runner also runs a rule with a dotted name one of whose parts starts with
+// test_ (suite.test_x runs, and todo_test_ ones are reported as skipped); the first
+// fix looked only at the name's first part.
 func TestRT3TestsOutsideTestFilesRun(t *testing.T) {
-	dir := t.TempDir()
-	writeShippedRulesOnly(t, dir)
-	data, err := fs.ReadFile(ShippedPolicy(), "data.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFiles(t, dir, map[string]string{
-		"data.json":    string(data),
-		"zz_open.rego": openEvilRule,
-		"checks.rego":  "package checks\n\ntest_evil_is_denied if { data.airlock.decision.action == \"deny\" with input as {\"version\": 1, \"phase\": \"connect\", \"request\": {\"host\": \"evil.example\", \"port\": 443}} }\n",
-	})
-	_, failed, err := RunTests(context.Background(), dir, nil, false)
-	if err != nil || failed == 0 {
-		t.Fatalf("baseline: RunTests (as `airlock policy test`) found %d failures (%v), want 1", failed, err)
-	}
-	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
-	if err == nil {
-		d, derr := e.Decide(context.Background(), requestInput("GET", "evil.example", "/"))
-		t.Errorf("a policy whose test (in checks.rego) fails loaded; GET evil.example → %s by %q (%v)", d.Action, d.Rule, derr)
+	const failing = `data.airlock.decision.action == "deny" with input as {"version": 1, "phase": "connect", "request": {"host": "evil.example", "port": 443}}`
+	for name, checks := range map[string]string{
+		"test rule":        "package checks\n\ntest_evil_is_denied if { " + failing + " }\n",
+		"dotted test rule": "package checks\n\nsuite.test_evil_is_denied if { " + failing + " }\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeShippedRulesOnly(t, dir)
+			writeShippedData(t, dir)
+			writeFiles(t, dir, map[string]string{"zz_open.rego": openEvilRule, "checks.rego": checks})
+			_, failed, err := RunTests(context.Background(), dir, nil, false)
+			if err != nil || failed == 0 {
+				t.Fatalf("baseline: RunTests (as `airlock policy test`) found %d failures (%v), want 1", failed, err)
+			}
+			e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
+			if err == nil {
+				d, derr := e.Decide(context.Background(), requestInput("GET", "evil.example", "/"))
+				t.Errorf("a policy whose test (in checks.rego) fails loaded; GET evil.example → %s by %q (%v)", d.Action, d.Rule, derr)
+			}
+		})
 	}
 }

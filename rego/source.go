@@ -13,6 +13,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/loader"
+	"github.com/open-policy-agent/opa/v1/tester"
 )
 
 // policySource is one loaded, parsed but not yet compiled version of a policy.
@@ -52,18 +53,31 @@ func (s *policySource) policyModules() map[string]*ast.Module {
 	return out
 }
 
-// hasTests reports whether the source holds any test: a *_test.rego file, or a rule named
-// test_... in any file, which OPA's test runner (and `opa test`) runs wherever it is (red
-// team: a failing test in checks.rego did not stop its policy from loading).
+// hasTests reports whether the source holds any test: a *_test.rego file, or a rule that
+// OPA's test runner (and `opa test`) runs as a test wherever it is (red team: a failing
+// test in checks.rego did not stop its policy from loading).
 func (s *policySource) hasTests() bool {
 	for name, m := range s.modules {
-		if isTestFile(name) {
+		if isTestFile(name) || slices.ContainsFunc(m.Rules, isTestRule) {
 			return true
 		}
-		for _, r := range m.Rules {
-			if n, ok := r.Head.Ref()[0].Value.(ast.Var); ok && (strings.HasPrefix(string(n), "test_") || strings.HasPrefix(string(n), "todo_test_")) {
-				return true
-			}
+	}
+	return false
+}
+
+// isTestRule reports whether OPA's test runner runs r: a part of its name's ground prefix
+// (test_x, or p.test_x for a rule with a dotted name) starts with test_ or todo_test_.
+func isTestRule(r *ast.Rule) bool {
+	for _, t := range r.Head.Ref().GroundPrefix() {
+		var n string
+		switch v := t.Value.(type) {
+		case ast.Var:
+			n = string(v)
+		case ast.String:
+			n = string(v)
+		}
+		if strings.HasPrefix(n, tester.TestPrefix) || strings.HasPrefix(n, tester.SkipTestPrefix) {
+			return true
 		}
 	}
 	return false
