@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlock-proxy/airlock/audit"
-	"github.com/airlock-proxy/airlock/proxy"
+	"github.com/airlock-proxy/airlock/internal/hostname"
 	"github.com/airlock-proxy/airlock/secrets"
 )
 
@@ -34,9 +34,9 @@ func BenchmarkNormalizeHost(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				got, err := proxy.NormalizeHost(tc.host)
+				got, err := hostname.Normalize(tc.host)
 				if err != nil || got != tc.want {
-					b.Fatalf("NormalizeHost(%q) = %q, %v; want %q", tc.host, got, err, tc.want)
+					b.Fatalf("Normalize(%q) = %q, %v; want %q", tc.host, got, err, tc.want)
 				}
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-proxy/airlock/internal/hostname"
 	"github.com/airlock-proxy/airlock/internal/identity"
 )
 
@@ -62,7 +63,7 @@ func FuzzRequestInput(f *testing.F) {
 			return
 		}
 		in := requestInput(identity.Identity{ID: "sbx"}, r, tg)
-		if h, err := NormalizeHost(in.Request.Host); err != nil || h != in.Request.Host {
+		if h, err := hostname.Normalize(in.Request.Host); err != nil || h != in.Request.Host {
 			t.Fatalf("policy host %q is not normalised (%q, %v)", in.Request.Host, h, err)
 		}
 		if p, err := NormalizePath(in.Request.Path); err != nil || p != in.Request.Path {

@@ -187,14 +187,8 @@ func appendQuery(b []byte, q map[string][]string, keys []string) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(n))
 	for _, k := range keys { // sorted, as appendMultiValue's keys
-		vs, ok := q[k]
-		if !ok {
-			continue
-		}
-		b = appendString(b, k)
-		b = binary.AppendUvarint(b, uint64(len(vs)))
-		for _, v := range vs {
-			b = appendString(b, v)
+		if vs, ok := q[k]; ok {
+			b = appendValues(b, k, vs)
 		}
 	}
 	return b
@@ -203,12 +197,17 @@ func appendQuery(b []byte, q map[string][]string, keys []string) []byte {
 func appendMultiValue(b []byte, m map[string][]string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(m)))
 	for _, k := range sortedKeys(m) {
-		b = appendString(b, k)
-		vs := m[k]
-		b = binary.AppendUvarint(b, uint64(len(vs)))
-		for _, v := range vs {
-			b = appendString(b, v)
-		}
+		b = appendValues(b, k, m[k])
+	}
+	return b
+}
+
+// appendValues is one entry of a multi-valued map: its key, then its values' count and values.
+func appendValues(b []byte, k string, vs []string) []byte {
+	b = appendString(b, k)
+	b = binary.AppendUvarint(b, uint64(len(vs)))
+	for _, v := range vs {
+		b = appendString(b, v)
 	}
 	return b
 }

@@ -95,24 +95,8 @@ func checkHostLists(data map[string]any) error {
 				return fmt.Errorf("%s is %s, want an object of the host's settings ({} for none); the shipped rules skip a host whose entry is not an object", at, kindOf(list[host]))
 			}
 			for _, s := range settings {
-				v, set := entry[s.name]
-				switch {
-				case !set && s.required:
-					return fmt.Errorf("%s has no %q; want %s", at, s.name, kindWant[s.kind])
-				case set && !s.kind.holds(v):
-					what, got, want := s.name, v, s.kind
-					// In a list of the right kind of list, name the element at fault.
-					if list, isList := v.([]any); isList {
-						if ek, listKind := elem[s.kind]; listKind {
-							for i, e := range list {
-								if !ek.holds(e) {
-									what, got, want = fmt.Sprintf("%s[%d]", s.name, i), e, ek
-									break
-								}
-							}
-						}
-					}
-					return fmt.Errorf("%s.%s is %s, want %s; the shipped rules skip a host whose setting they cannot read", at, what, kindOf(got), kindWant[want])
+				if err := s.check(entry); err != nil {
+					return fmt.Errorf("%s%w", at, err)
 				}
 			}
 			if other, dup := listOf[host]; dup {
@@ -122,6 +106,29 @@ func checkHostLists(data map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// check reads the setting in a host's entry: a missing required one, or one of another
+// kind, is an error that follows the entry's name (naming the list element at fault).
+func (s setting) check(entry map[string]any) error {
+	v, set := entry[s.name]
+	switch {
+	case !set && s.required:
+		return fmt.Errorf(" has no %q; want %s", s.name, kindWant[s.kind])
+	case !set || s.kind.holds(v):
+		return nil
+	}
+	what, got, want := s.name, v, s.kind
+	list, isList := v.([]any)
+	if ek, listKind := elem[s.kind]; isList && listKind {
+		for i, e := range list {
+			if !ek.holds(e) {
+				what, got, want = fmt.Sprintf("%s[%d]", s.name, i), e, ek
+				break
+			}
+		}
+	}
+	return fmt.Errorf(".%s is %s, want %s; the shipped rules skip a host whose setting they cannot read", what, kindOf(got), kindWant[want])
 }
 
 // checkHostRules refuses rules that define a host list the shipped rules read (package

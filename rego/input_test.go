@@ -3,6 +3,7 @@ package rego
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -155,7 +156,7 @@ func TestInputUse(t *testing.T) {
 			if c.Failed() {
 				t.Fatal(c.Errors)
 			}
-			if got := inputUseOf(c); !got.equal(tc.want) {
+			if got := inputUseOf(c); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})

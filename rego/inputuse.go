@@ -144,9 +144,3 @@ func orQueryKeys(u, v inputUse) []string {
 	slices.Sort(keys)
 	return slices.Compact(keys)
 }
-
-// equal reports whether u and v read the same parts.
-func (u inputUse) equal(v inputUse) bool {
-	return u.query == v.query && u.headers == v.headers && u.body == v.body && u.mcpArgs == v.mcpArgs &&
-		u.mcpID == v.mcpID && slices.Equal(u.queryKeys, v.queryKeys) && (u.queryKeys == nil) == (v.queryKeys == nil)
-}

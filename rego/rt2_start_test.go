@@ -2,11 +2,17 @@ package rego
 
 import (
 	"context"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
 )
+
+// failingFiles, added to the shipped policy, make one that must never be used: a rule that
+// allows everything to evil.example, and a test that fails.
+var failingFiles = map[string]string{
+	"zz_open.rego":      openEvilRule,
+	"zz_fail_test.rego": "package zz_test\n\ntest_never_passes if { false }\n",
+}
 
 // failingPolicyDir is the shipped policy (rules, tests, data) plus one test that fails, with
 // a rule that would allow everything: a policy that must never be used.
@@ -14,15 +20,8 @@ func failingPolicyDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	writeShippedRules(t, dir)
-	data, err := fs.ReadFile(ShippedPolicy(), "data.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFiles(t, dir, map[string]string{
-		"data.json":         string(data),
-		"zz_open.rego":      openEvilRule,
-		"zz_fail_test.rego": "package zz_test\n\ntest_never_passes if { false }\n",
-	})
+	writeShippedData(t, dir)
+	writeFiles(t, dir, failingFiles)
 	if _, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout}); err == nil {
 		t.Fatal("baseline: a policy with a failing test loaded")
 	}
@@ -49,19 +48,17 @@ func TestRT2StartCancelledSkipsPolicyTests(t *testing.T) {
 // Red team: the same through Reload, as Watch's poll calls it with a context that ends at
 // shutdown: a reload whose context ends before the tests run swaps in the failing policy.
 func TestRT2ReloadCancelledSkipsPolicyTests(t *testing.T) {
-	good := t.TempDir()
-	writeShippedRules(t, good)
-	data, _ := fs.ReadFile(ShippedPolicy(), "data.json")
-	writeFiles(t, good, map[string]string{"data.json": string(data)})
-	e, err := New(context.Background(), Options{Dir: good, Timeout: testEvalTimeout})
+	dir := failingPolicyDir(t)
+	for name := range failingFiles { // the good policy first
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := failingPolicyDir(t)
-	writeFiles(t, good, map[string]string{
-		"zz_open.rego":      mustRead(t, bad, "zz_open.rego"),
-		"zz_fail_test.rego": mustRead(t, bad, "zz_fail_test.rego"),
-	})
+	writeFiles(t, dir, failingFiles)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	rerr := e.Reload(ctx)
@@ -70,13 +67,4 @@ func TestRT2ReloadCancelledSkipsPolicyTests(t *testing.T) {
 		t.Errorf("Reload with its context done (error %v) swapped in a policy whose test fails: GET evil.example → %s by %q (%v)",
 			rerr, d.Action, d.Rule, derr)
 	}
-}
-
-func mustRead(t *testing.T, dir, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }

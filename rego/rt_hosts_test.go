@@ -52,7 +52,7 @@ func TestRTHostEntrySettingsShapes(t *testing.T) {
 }
 
 // Red team: the load check takes a host key for "as the policy input has it" when it is
-// its own lower case, but the input's host is ASCII (IDNA ToASCII, proxy.NormalizeHost):
+// its own lower case, but the input's host is ASCII (IDNA ToASCII, hostname.Normalize):
 // a key in Unicode, with a port or with spaces loads and never matches, so the list's rules
 // silently do not apply to the host the operator named (here github's write approval,
 // leaving the punycode registry entry's allow), the failure class the check was made for.

@@ -102,7 +102,7 @@ go test -count=1 -tags e2e -run TestHarnessSmoke ./bench/
 
 say "fuzzing, briefly"
 fuzz_targets=(
-	"FuzzNormalizeHost ./proxy"
+	"FuzzNormalize ./internal/hostname"
 	"FuzzNormalizePath ./proxy"
 	"FuzzRequestInput ./proxy"
 	"FuzzRemoveHopHeaders ./proxy"

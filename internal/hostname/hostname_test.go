@@ -1,4 +1,4 @@
-package proxy
+package hostname
 
 import (
 	"net/netip"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestNormalizeHost(t *testing.T) {
+func TestNormalize(t *testing.T) {
 	tests := []struct {
 		in, want string
 	}{
@@ -30,42 +30,42 @@ func TestNormalizeHost(t *testing.T) {
 		{"under_score.example", "under_score.example"},
 	}
 	for _, tt := range tests {
-		got, err := NormalizeHost(tt.in)
+		got, err := Normalize(tt.in)
 		if err != nil || got != tt.want {
-			t.Errorf("NormalizeHost(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+			t.Errorf("Normalize(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
 }
 
-func TestNormalizeHostRejects(t *testing.T) {
+func TestNormalizeRejects(t *testing.T) {
 	for _, in := range []string{"", ".", "a..b", ".a", "a b", "a/b", "a@b", "[::1%eth0]", "[127.0.0.1]", "256.1.1.1", "1.2.3.4.5", "foo.123", "[::1", "a%2eb"} {
-		if got, err := NormalizeHost(in); err == nil {
-			t.Errorf("NormalizeHost(%q) = %q, want error", in, got)
+		if got, err := Normalize(in); err == nil {
+			t.Errorf("Normalize(%q) = %q, want error", in, got)
 		}
 	}
 }
 
-func FuzzNormalizeHost(f *testing.F) {
+func FuzzNormalize(f *testing.F) {
 	for _, s := range []string{"example.com", "2130706433", "0x7f.1", "[::ffff:7f00:1]", "bücher.de.", "a..b", "1.2.3.4.5", "[fe80::1%25lo]",
 		// Other full stops and ignorable code points, which IDNA maps (red team).
 		"github.com。", "．github.com", "169.254.169.254｡", "xn--", "\u00ad", "Ⅻ0x．", "9\u00adKⅫ。", "。µ1ü"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		out, err := NormalizeHost(in)
+		out, err := Normalize(in)
 		if err != nil {
 			return
 		}
 		// Idempotent: the normal form normalises to itself.
-		out2, err := NormalizeHost(bracketIfV6(out))
+		out2, err := Normalize(bracketIfV6(out))
 		if err != nil || out2 != out {
-			t.Fatalf("NormalizeHost(%q) = %q, but that normalises to %q, %v", in, out, out2, err)
+			t.Fatalf("Normalize(%q) = %q, but that normalises to %q, %v", in, out, out2, err)
 		}
 		if out != strings.ToLower(out) || strings.HasSuffix(out, ".") {
-			t.Fatalf("NormalizeHost(%q) = %q: not lower case without trailing dot", in, out)
+			t.Fatalf("Normalize(%q) = %q: not lower case without trailing dot", in, out)
 		}
 		if a, err := netip.ParseAddr(out); err == nil && a.String() != out {
-			t.Fatalf("NormalizeHost(%q) = %q: IP not canonical (%s)", in, out, a)
+			t.Fatalf("Normalize(%q) = %q: IP not canonical (%s)", in, out, a)
 		}
 	})
 }
