@@ -37,3 +37,20 @@ func TestRT3TestsOutsideTestFilesRun(t *testing.T) {
 		})
 	}
 }
+
+// Red team (review): a rule that only looks like data, limits["test_env"], is a test to OPA's
+// runner (a part of its name starts with test_), and fails when undefined: `airlock policy
+// test` reports it, so the policy does not load either; the two never disagree.
+func TestRT4KeyNamedLikeATestIsATest(t *testing.T) {
+	dir := t.TempDir()
+	writeShippedRulesOnly(t, dir)
+	writeShippedData(t, dir)
+	writeFiles(t, dir, map[string]string{"env.rego": "package extra\n\nlimits[\"test_env\"] := 5 if input.request.host == \"staging.example\"\n"})
+	_, failed, err := RunTests(context.Background(), dir, nil, false)
+	if err != nil || failed != 1 {
+		t.Fatalf("RunTests: %d failures (%v), want 1", failed, err)
+	}
+	if _, err := New(context.Background(), Options{Dir: dir, Timeout: testEvalTimeout}); err == nil {
+		t.Error("a policy whose test (as `airlock policy test` counts it) fails loaded")
+	}
+}
