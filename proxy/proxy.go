@@ -131,6 +131,7 @@ type Proxy struct {
 	gp     *goproxy.ProxyHttpServer
 	guard  *Guard
 	tr     *http.Transport
+	h1     *h1Transport // GETs and HEADs to plain-HTTP upstreams (h1.go)
 	tokens tokens
 	flight inflight
 	held   *heldBudget
@@ -186,6 +187,7 @@ func New(opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.tr = tr
+	p.h1 = &h1Transport{dial: p.guard.DialContext, headerTimeout: opts.Limits.UpstreamHeaderTimeout}
 	p.gp = p.newGoproxy()
 	return p, nil
 }
@@ -285,6 +287,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		}
 	}
 	p.tr.CloseIdleConnections()
+	p.h1.CloseIdleConnections()
 	return errors.Join(errs...)
 }
 

@@ -145,7 +145,7 @@ func (u *upstream) RoundTrip(req *http.Request, ctx *goproxy.ProxyCtx) (outResp 
 		req.Body = in
 	}
 	uctx, done := p.opts.Telemetry.Step(st.ctx, "upstream", "", req)
-	resp, err := p.tr.RoundTrip(req)
+	resp, err := p.roundTrip(req, st.approved != nil)
 	if in != nil {
 		st.ev.BytesIn = in.n.Load()
 	}

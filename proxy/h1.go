@@ -1,0 +1,432 @@
+package proxy
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/sys/unix"
+)
+
+// h1Transport sends the common request, a GET or HEAD with no body to a plain-HTTP
+// upstream, on the calling goroutine: it writes the request and reads the response on
+// the connection itself. net/http's Transport hands every request to a connection's
+// writing goroutine and the response back from its reading goroutine, two wake-ups per
+// request that cost more CPU than anything airlock adds (docs/performance.md, "Seventh
+// pass"). Every other request (a body, an upgrade, TLS, an approved request) goes through
+// net/http's Transport as before.
+//
+// It keeps what the Transport promises a proxy: the same dial (the dial guard), the
+// request written by net/http's own Request.Write after the Transport's header checks,
+// Accept-Encoding: gzip offered and undone as the Transport does, response headers bounded
+// (10 MiB) and timed (UpstreamHeaderTimeout), 1xx answers skipped, and a connection
+// reused only when its previous response was read to the end, neither side asked to close
+// it, and nothing arrived on it while it was idle (bytes an upstream sent unasked are
+// never taken for the next request's answer). A reused connection that turns out closed
+// before any byte of the answer is retried once on a new one, as the Transport retries an
+// idempotent request.
+type h1Transport struct {
+	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
+	headerTimeout time.Duration // 0: none
+
+	mu   sync.Mutex
+	idle map[string][]*h1Conn // by host:port, most recently used last
+	n    int                  // idle connections in all lists
+}
+
+const (
+	h1MaxIdle        = 2048
+	h1MaxIdlePerHost = 256
+	h1IdleTimeout    = 90 * time.Second
+	h1MaxHeaderBytes = 10 << 20 // net/http's Transport default
+	h1Max1xx         = 5
+)
+
+// h1Direct says whether req can go through h1Transport.
+func h1Direct(req *http.Request) bool {
+	return req.URL.Scheme == "http" && (req.Method == http.MethodGet || req.Method == http.MethodHead) &&
+		(req.Body == nil || req.Body == http.NoBody) && req.ContentLength == 0 &&
+		len(req.TransferEncoding) == 0 && len(req.Trailer) == 0 &&
+		req.Header.Get("Upgrade") == "" && req.URL.Host != ""
+}
+
+// h1Conn is one upstream connection of h1Transport.
+type h1Conn struct {
+	t     *h1Transport
+	key   string
+	conn  net.Conn
+	lr    h1Limit // under br: bounds the response headers, counts bytes read
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	timer *time.Timer // closes the connection once idle for h1IdleTimeout
+}
+
+// h1Limit reads the connection, failing once more than max bytes are read (max < 0: no
+// bound), and counts what it read.
+type h1Limit struct {
+	conn net.Conn
+	max  int64
+	read int64
+}
+
+var errH1HeadersTooLarge = errors.New("the upstream's response headers are larger than 10 MiB")
+
+func (l *h1Limit) Read(p []byte) (int, error) {
+	if l.max >= 0 {
+		if l.read >= l.max {
+			return 0, errH1HeadersTooLarge
+		}
+		if rest := l.max - l.read; int64(len(p)) > rest {
+			p = p[:rest]
+		}
+	}
+	n, err := l.conn.Read(p)
+	l.read += int64(n)
+	return n, err
+}
+
+// aLongTimeAgo is a deadline that has passed: it wakes a blocked read or write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+var gzipOffer = []string{"gzip"}
+
+// RoundTrip sends req (h1Direct must hold) and returns the response, whose Body must be
+// closed.
+func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return nil, fmt.Errorf("net/http: invalid header field name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return nil, fmt.Errorf("net/http: invalid header field value for %q", k)
+			}
+		}
+	}
+	ctx := req.Context()
+	key := req.URL.Host
+	if req.URL.Port() == "" {
+		key = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	for {
+		c := t.get(key)
+		reused := c != nil
+		if c == nil {
+			conn, err := t.dial(ctx, "tcp", key)
+			if err != nil {
+				return nil, err
+			}
+			c = t.newConn(key, conn)
+		}
+		resp, err := c.roundTrip(req)
+		if err == nil {
+			return resp, nil
+		}
+		c.conn.Close()
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		// A connection the upstream closed while it was idle: nothing of an answer came,
+		// and a GET or HEAD may be sent again, on a new connection (one that fails too is
+		// the answer).
+		if reused && c.lr.read == 0 && retryable(err) {
+			continue
+		}
+		return nil, err
+	}
+}
+
+// retryable is an error of a connection found closed: the write failed or the read
+// ended before the first byte.
+func retryable(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func (t *h1Transport) newConn(key string, conn net.Conn) *h1Conn {
+	c := &h1Conn{t: t, key: key, conn: conn}
+	c.lr.conn = conn
+	c.lr.max = -1
+	c.br = bufio.NewReaderSize(&c.lr, 4096)
+	c.bw = bufio.NewWriterSize(conn, 4096)
+	return c
+}
+
+// roundTrip writes req on c and reads the response head. On an error the caller closes
+// the connection.
+func (c *h1Conn) roundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	c.lr.read = 0
+	// A request ended early (the client gone, a deadline) ends its exchange: the
+	// connection's deadline passes, and it is not reused.
+	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(aLongTimeAgo) })
+	fail := func(err error) (*http.Response, error) {
+		stop()
+		return nil, err
+	}
+	gz := req.Method != http.MethodHead && req.Header.Get("Accept-Encoding") == "" && req.Header.Get("Range") == ""
+	if gz {
+		req.Header["Accept-Encoding"] = gzipOffer
+	}
+	err := req.Write(c.bw)
+	if gz {
+		delete(req.Header, "Accept-Encoding")
+	}
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if c.t.headerTimeout > 0 {
+		_ = c.conn.SetReadDeadline(time.Now().Add(c.t.headerTimeout))
+	}
+	c.lr.max = c.lr.read + h1MaxHeaderBytes
+	var resp *http.Response
+	for n := 0; ; n++ {
+		resp, err = http.ReadResponse(c.br, req)
+		if err != nil {
+			return fail(err)
+		}
+		if resp.StatusCode >= 200 {
+			break
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols || n == h1Max1xx {
+			return fail(fmt.Errorf("net/http: unexpected %s answering a request that asked for no upgrade", resp.Status))
+		}
+		// 100 Continue, 103 Early Hints: informational, and not forwarded (as the
+		// Transport does without a trace hook).
+	}
+	c.lr.max = -1
+	if c.t.headerTimeout > 0 {
+		_ = c.conn.SetReadDeadline(time.Time{})
+		if ctx.Err() != nil { // the cancel above may have run before this cleared it
+			_ = c.conn.SetDeadline(aLongTimeAgo)
+		}
+	}
+	keep := !resp.Close && !req.Close
+	if resp.Body == http.NoBody {
+		if stop() && keep {
+			c.t.put(c)
+		} else {
+			c.conn.Close()
+		}
+		return resp, nil
+	}
+	body := &h1Body{rc: resp.Body, c: c, ctx: ctx, stop: stop, keep: keep}
+	resp.Body = body
+	if gz && strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
+		resp.Body = &h1Gzip{body: body}
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		resp.Uncompressed = true
+	}
+	return resp, nil
+}
+
+// h1Body is a response body on an h1Conn: read to its end, it gives the connection back
+// for the next request; closed before, it closes the connection.
+type h1Body struct {
+	mu     sync.Mutex
+	rc     io.ReadCloser
+	c      *h1Conn
+	ctx    context.Context
+	stop   func() bool
+	keep   bool
+	done   bool // the connection is released (pooled or closed)
+	closed bool
+}
+
+var errH1ReadAfterClose = errors.New("http: read on closed response body")
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, errH1ReadAfterClose
+	}
+	if b.done {
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	switch {
+	case err == io.EOF:
+		b.release(true)
+	case err != nil:
+		b.release(false)
+		if cerr := b.ctx.Err(); cerr != nil {
+			err = cerr
+		}
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	b.release(false)
+	return nil
+}
+
+// release ends the body's hold on its connection: back to the pool after the whole body
+// was read (atEOF) on a connection both sides keep, closed otherwise.
+func (b *h1Body) release(atEOF bool) {
+	if b.done {
+		return
+	}
+	b.done = true
+	if b.stop() && atEOF && b.keep {
+		b.c.t.put(b.c)
+		return
+	}
+	b.c.conn.Close()
+}
+
+// h1Gzip undoes the gzip the transport asked for, as net/http's Transport does: the
+// reader starts at the first Read, and its end is the body's.
+type h1Gzip struct {
+	body *h1Body
+	zr   *gzip.Reader
+	err  error
+}
+
+func (g *h1Gzip) Read(p []byte) (int, error) {
+	if g.zr == nil {
+		if g.err != nil {
+			return 0, g.err
+		}
+		g.zr, g.err = gzip.NewReader(g.body)
+		if g.err != nil {
+			return 0, g.err
+		}
+	}
+	return g.zr.Read(p)
+}
+
+func (g *h1Gzip) Close() error { return g.body.Close() }
+
+// get takes the most recently used idle connection to key that is still good.
+func (t *h1Transport) get(key string) *h1Conn {
+	for {
+		t.mu.Lock()
+		l := t.idle[key]
+		if len(l) == 0 {
+			t.mu.Unlock()
+			return nil
+		}
+		c := l[len(l)-1]
+		l[len(l)-1] = nil
+		t.idle[key] = l[:len(l)-1]
+		t.n--
+		t.mu.Unlock()
+		c.timer.Stop()
+		if c.quiet() {
+			return c
+		}
+		c.conn.Close()
+	}
+}
+
+// quiet says whether an idle connection is open with nothing to read: the upstream has
+// neither closed it nor sent bytes nobody asked for.
+func (c *h1Conn) quiet() bool {
+	if c.br.Buffered() > 0 {
+		return false
+	}
+	sc, ok := c.conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	quiet := false
+	err = rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		quiet = n < 0 && (err == unix.EAGAIN || err == unix.EWOULDBLOCK)
+		return true
+	})
+	return err == nil && quiet
+}
+
+// put keeps c for the next request to its host, within the idle bounds.
+func (t *h1Transport) put(c *h1Conn) {
+	if _, ok := c.conn.(syscall.Conn); !ok {
+		c.conn.Close() // quiet cannot look at it: not reused
+		return
+	}
+	t.mu.Lock()
+	if t.idle == nil {
+		t.idle = map[string][]*h1Conn{}
+	}
+	if t.n >= h1MaxIdle || len(t.idle[c.key]) >= h1MaxIdlePerHost {
+		t.mu.Unlock()
+		c.conn.Close()
+		return
+	}
+	t.idle[c.key] = append(t.idle[c.key], c)
+	t.n++
+	if c.timer == nil {
+		c.timer = time.AfterFunc(h1IdleTimeout, func() { t.expire(c) })
+	} else {
+		c.timer.Reset(h1IdleTimeout)
+	}
+	t.mu.Unlock()
+}
+
+// expire closes c if it is still idle.
+func (t *h1Transport) expire(c *h1Conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.idle[c.key]
+	for i, x := range l {
+		if x == c {
+			t.idle[c.key] = append(l[:i], l[i+1:]...)
+			t.n--
+			c.conn.Close()
+			return
+		}
+	}
+}
+
+// CloseIdleConnections closes the idle connections; those in use close when their
+// response ends.
+func (t *h1Transport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle, t.n = nil, 0
+	t.mu.Unlock()
+	for _, l := range idle {
+		for _, c := range l {
+			c.timer.Stop()
+			c.conn.Close()
+		}
+	}
+}
+
+// roundTrip sends an allowed request upstream: through h1Transport when it can carry it,
+// else through net/http's Transport. An approved request always takes the Transport, the
+// path its approval's binding describes (hold.go).
+func (p *Proxy) roundTrip(req *http.Request, approved bool) (*http.Response, error) {
+	if !approved && p.opts.Parent.URL == nil && h1Direct(req) {
+		return p.h1.RoundTrip(req)
+	}
+	return p.tr.RoundTrip(req)
+}
