@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,11 +39,18 @@ import (
 // idempotent request.
 type h1Transport struct {
 	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
+	tls           *tls.Config   // for HTTPS upstreams, as the Transport's TLSClientConfig
 	headerTimeout time.Duration // 0: none
 
 	mu   sync.Mutex
-	idle map[string][]*h1Conn // by host:port, most recently used last
+	idle map[string][]*h1Conn // by scheme://host:port, most recently used last
 	n    int                  // idle connections in all lists
+
+	// HTTPS upstreams that answered net/http's Transport over HTTP/1.1 although it
+	// offered h2 (pool keys): only those are reached here, so that an upstream that
+	// speaks h2 keeps being spoken to in h2.
+	h1Only  sync.Map
+	nh1Only atomic.Int32
 }
 
 const (
@@ -49,12 +58,14 @@ const (
 	h1MaxIdlePerHost = 256
 	h1IdleTimeout    = 90 * time.Second
 	h1MaxHeaderBytes = 10 << 20 // net/http's Transport default
+	h1TLSTimeout     = 10 * time.Second
 	h1Max1xx         = 5
+	h1MaxH1Only      = 10000 // HTTPS upstreams remembered as HTTP/1.1 only
 )
 
 // h1Direct says whether req can go through h1Transport.
 func h1Direct(req *http.Request) bool {
-	return req.URL.Scheme == "http" && (req.Method == http.MethodGet || req.Method == http.MethodHead) &&
+	return (req.URL.Scheme == "http" || req.URL.Scheme == "https") && (req.Method == http.MethodGet || req.Method == http.MethodHead) &&
 		(req.Body == nil || req.Body == http.NoBody) && req.ContentLength == 0 &&
 		len(req.TransferEncoding) == 0 && len(req.Trailer) == 0 &&
 		req.Header.Get("Upgrade") == "" && req.URL.Host != ""
@@ -64,8 +75,9 @@ func h1Direct(req *http.Request) bool {
 type h1Conn struct {
 	t     *h1Transport
 	key   string
-	conn  net.Conn
-	lr    h1Limit // under br: bounds the response headers, counts bytes read
+	conn  net.Conn // raw, or TLS over raw
+	raw   net.Conn // the TCP connection
+	lr    h1Limit  // under br: bounds the response headers, counts bytes read
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	timer *time.Timer // closes the connection once idle for h1IdleTimeout
@@ -114,19 +126,15 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	ctx := req.Context()
-	key := req.URL.Host
-	if req.URL.Port() == "" {
-		key = net.JoinHostPort(req.URL.Hostname(), "80")
-	}
+	key, addr := h1Key(req)
 	for {
 		c := t.get(key)
 		reused := c != nil
 		if c == nil {
-			conn, err := t.dial(ctx, "tcp", key)
-			if err != nil {
+			var err error
+			if c, err = t.connect(ctx, req.URL.Scheme, key, addr, req.URL.Hostname()); err != nil {
 				return nil, err
 			}
-			c = t.newConn(key, conn)
 		}
 		resp, err := c.roundTrip(req)
 		if err == nil {
@@ -146,6 +154,19 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// h1Key is the pool key of req's upstream (scheme://host:port) and its address.
+func h1Key(req *http.Request) (key, addr string) {
+	addr = req.URL.Host
+	if req.URL.Port() == "" {
+		port := "80"
+		if req.URL.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(req.URL.Hostname(), port)
+	}
+	return req.URL.Scheme + "://" + addr, addr
+}
+
 // retryable is an error of a connection found closed: the write failed or the read
 // ended before the first byte.
 func retryable(err error) bool {
@@ -153,8 +174,41 @@ func retryable(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func (t *h1Transport) newConn(key string, conn net.Conn) *h1Conn {
-	c := &h1Conn{t: t, key: key, conn: conn}
+// connect dials addr through the dial guard and, for HTTPS, makes the TLS connection as
+// the Transport does (its TLS configuration, the host as server name, a 10 s handshake),
+// offering HTTP/1.1 alone.
+func (t *h1Transport) connect(ctx context.Context, scheme, key, addr, host string) (*h1Conn, error) {
+	raw, err := t.dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	conn := raw
+	if scheme == "https" {
+		cfg := t.tls.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName = host
+		}
+		cfg.NextProtos = []string{"http/1.1"}
+		tc := tls.Client(raw, cfg)
+		hctx, cancel := context.WithTimeout(ctx, h1TLSTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err == nil {
+			if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
+				err = fmt.Errorf("tls: the upstream chose protocol %q, not the http/1.1 offered", p)
+			}
+		}
+		if err != nil {
+			raw.Close()
+			return nil, err
+		}
+		conn = tc
+	}
+	return t.newConn(key, raw, conn), nil
+}
+
+func (t *h1Transport) newConn(key string, raw, conn net.Conn) *h1Conn {
+	c := &h1Conn{t: t, key: key, conn: conn, raw: raw}
 	c.lr.conn = conn
 	c.lr.max = -1
 	c.br = bufio.NewReaderSize(&c.lr, 4096)
@@ -348,7 +402,17 @@ func (c *h1Conn) quiet() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
-	sc, ok := c.conn.(syscall.Conn)
+	if c.conn != c.raw {
+		// TLS may hold records it read with the last answer's: a read that cannot wait
+		// returns them, or times out at once when there are none.
+		_ = c.conn.SetReadDeadline(aLongTimeAgo)
+		_, err := c.br.Peek(1)
+		_ = c.conn.SetReadDeadline(time.Time{})
+		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			return false
+		}
+	}
+	sc, ok := c.raw.(syscall.Conn)
 	if !ok {
 		return false
 	}
@@ -368,7 +432,7 @@ func (c *h1Conn) quiet() bool {
 
 // put keeps c for the next request to its host, within the idle bounds.
 func (t *h1Transport) put(c *h1Conn) {
-	if _, ok := c.conn.(syscall.Conn); !ok {
+	if _, ok := c.raw.(syscall.Conn); !ok {
 		c.conn.Close() // quiet cannot look at it: not reused
 		return
 	}
@@ -421,12 +485,37 @@ func (t *h1Transport) CloseIdleConnections() {
 	}
 }
 
-// roundTrip sends an allowed request upstream: through h1Transport when it can carry it,
-// else through net/http's Transport. An approved request always takes the Transport, the
-// path its approval's binding describes (hold.go).
+// roundTrip sends an allowed request upstream: through h1Transport when it can carry it
+// (an HTTPS upstream once it has answered the Transport in HTTP/1.1), else through
+// net/http's Transport. An approved request always takes the Transport, the path its
+// approval's binding describes (hold.go); so does every request when a parent proxy is
+// airlock's way out.
 func (p *Proxy) roundTrip(req *http.Request, approved bool) (*http.Response, error) {
-	if !approved && p.opts.Parent.URL == nil && h1Direct(req) {
+	direct := !approved && p.opts.Parent.URL == nil && h1Direct(req)
+	if direct && (req.URL.Scheme == "http" || p.h1.speaksH1(req)) {
 		return p.h1.RoundTrip(req)
 	}
-	return p.tr.RoundTrip(req)
+	resp, err := p.tr.RoundTrip(req)
+	if direct && err == nil && resp.ProtoMajor == 1 && resp.TLS != nil {
+		p.h1.learnH1(req)
+	}
+	return resp, err
+}
+
+// speaksH1 says whether req's HTTPS upstream answered in HTTP/1.1 when offered h2.
+func (t *h1Transport) speaksH1(req *http.Request) bool {
+	key, _ := h1Key(req)
+	_, ok := t.h1Only.Load(key)
+	return ok
+}
+
+// learnH1 remembers req's HTTPS upstream as one that speaks HTTP/1.1 only.
+func (t *h1Transport) learnH1(req *http.Request) {
+	if t.nh1Only.Load() >= h1MaxH1Only {
+		return
+	}
+	key, _ := h1Key(req)
+	if _, loaded := t.h1Only.LoadOrStore(key, struct{}{}); !loaded {
+		t.nh1Only.Add(1)
+	}
 }

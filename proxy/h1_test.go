@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -18,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-proxy/airlock/ca"
 	"github.com/airlock-proxy/airlock/internal/identity"
 )
 
@@ -88,7 +92,7 @@ func h1Get(t *testing.T, tr *h1Transport, ctx context.Context, u string, hdr ...
 	return resp, string(b), err
 }
 
-func TestH1DirectTakesOnlyBodilessReadsToPlainHTTP(t *testing.T) {
+func TestH1DirectTakesOnlyBodilessReads(t *testing.T) {
 	mk := func(method, u string, body io.Reader, f func(*http.Request)) *http.Request {
 		r, err := http.NewRequest(method, u, body)
 		if err != nil {
@@ -113,7 +117,8 @@ func TestH1DirectTakesOnlyBodilessReadsToPlainHTTP(t *testing.T) {
 		{"GET with a length and no body", mk("GET", "http://example.com/x", nil, func(r *http.Request) { r.ContentLength = 3 }), false},
 		{"chunked GET", mk("GET", "http://example.com/x", nil, func(r *http.Request) { r.TransferEncoding = []string{"chunked"} }), false},
 		{"GET with trailers", mk("GET", "http://example.com/x", nil, func(r *http.Request) { r.Trailer = http.Header{"X": nil} }), false},
-		{"HTTPS", mk("GET", "https://example.com/x", nil, nil), false},
+		{"HTTPS", mk("GET", "https://example.com/x", nil, nil), true},
+		{"FTP", mk("GET", "ftp://example.com/x", nil, nil), false},
 		{"upgrade", mk("GET", "http://example.com/ws", nil, func(r *http.Request) { r.Header.Set("Upgrade", "websocket") }), false},
 	} {
 		if got := h1Direct(c.req); got != c.want {
@@ -503,5 +508,126 @@ func TestSandboxesNeverGetAnUpstreamsUnaskedBytes(t *testing.T) {
 	}
 	if strings.Contains(buf.String(), "forged") || !strings.Contains(buf.String(), "200 conn 1 answer 0 to /allowed/1") {
 		t.Fatalf("answers:\n%s\nwant the second from a new connection, never the unasked bytes", buf.String())
+	}
+}
+
+// newTLSRawUpstream is newRawUpstream over TLS, with a certificate for 127.0.0.1 from a
+// new CA, and the transport's TLS configuration trusting it as airlock's does.
+func newTLSRawUpstream(t *testing.T, serve func(i int, c net.Conn, br *bufio.Reader)) (*rawUpstream, *tls.Config) {
+	t.Helper()
+	c, err := ca.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := c.Leaf("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := newRawUpstream(t, func(i int, raw net.Conn, _ *bufio.Reader) {
+		tc := tls.Server(raw, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}})
+		if tc.Handshake() != nil {
+			return
+		}
+		serve(i, tc, bufio.NewReader(tc))
+	})
+	pool := x509.NewCertPool()
+	pool.AddCert(c.Certificate())
+	tr, err := newTransport(&Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, Options{UpstreamCAs: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, tr.TLSClientConfig
+}
+
+func TestH1OverTLSVerifiesReusesAndDropsUnaskedBytes(t *testing.T) {
+	sent := make(chan struct{})
+	u, cfg := newTLSRawUpstream(t, func(i int, c net.Conn, br *bufio.Reader) {
+		for n := 0; ; n++ {
+			req, err := readRequest(br)
+			if err != nil {
+				return
+			}
+			body := fmt.Sprintf("conn %d answer %d to %s", i, n, req.URL.Path)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			if i == 0 && n == 1 {
+				// With the answer, in the same write: a forged second one.
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged")
+				close(sent)
+			}
+		}
+	})
+	tr := &h1Transport{dial: (&net.Dialer{}).DialContext, tls: cfg, headerTimeout: time.Second}
+	defer tr.CloseIdleConnections()
+	base := "https://" + u.ln.Addr().String()
+	for i, want := range []string{"conn 0 answer 0 to /a", "conn 0 answer 1 to /b", "conn 1 answer 0 to /c"} {
+		if i == 2 {
+			<-sent
+			time.Sleep(20 * time.Millisecond)
+		}
+		_, body, err := h1Get(t, tr, context.Background(), base+"/"+string(rune('a'+i)))
+		if err != nil || body != want {
+			t.Fatalf("request %d: %q, %v; want %q", i, body, err, want)
+		}
+	}
+
+	// The name is verified: the certificate is for 127.0.0.1, not localhost.
+	_, port, _ := net.SplitHostPort(u.ln.Addr().String())
+	if _, _, err := h1Get(t, tr, context.Background(), "https://localhost:"+port+"/"); err == nil {
+		t.Fatal("a certificate for 127.0.0.1 was taken for localhost")
+	}
+	// And the chain: a transport that does not trust the CA refuses the upstream.
+	other, _ := newTLSRawUpstream(t, func(int, net.Conn, *bufio.Reader) {})
+	if _, _, err := h1Get(t, tr, context.Background(), "https://"+other.ln.Addr().String()+"/"); err == nil {
+		t.Fatal("an upstream whose certificate comes from an untrusted CA was taken")
+	}
+}
+
+// Through the proxy: an HTTPS upstream that offers h2 keeps being spoken to in h2; one
+// that answers in HTTP/1.1 is reached over reused HTTP/1.1 connections after its first
+// answer.
+func TestInterceptedReadsKeepTheUpstreamsProtocol(t *testing.T) {
+	e := newEnv(t)
+	h2 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "proto=%s", r.Proto)
+	}))
+	h2.EnableHTTP2 = true
+	h2.StartTLS()
+	defer h2.Close()
+	var conns atomic.Int32
+	h1 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "proto=%s", r.Proto)
+	}))
+	h1.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	h1.StartTLS()
+	defer h1.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(h2.Certificate())
+	pool.AddCert(h1.Certificate())
+	e.proxy.opts.UpstreamCAs = pool
+	tr, err := newTransport(e.proxy.guard, e.proxy.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.tr, e.proxy.gp.Tr, e.proxy.h1.tls = tr, tr, tr.TLSClientConfig
+	c := e.client(nil)
+	for i := range 5 {
+		if resp, body := get(t, c, "GET", h2.URL+"/allowed", ""); resp.StatusCode != 200 || body != "proto=HTTP/2.0" {
+			t.Fatalf("h2 upstream, request %d: %d %q, want proto=HTTP/2.0", i, resp.StatusCode, body)
+		}
+		if resp, body := get(t, c, "GET", h1.URL+"/allowed", ""); resp.StatusCode != 200 || body != "proto=HTTP/1.1" {
+			t.Fatalf("HTTP/1.1 upstream, request %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	if !e.proxy.h1.speaksH1(httptest.NewRequest("GET", h1.URL+"/", nil)) || e.proxy.h1.speaksH1(httptest.NewRequest("GET", h2.URL+"/", nil)) {
+		t.Fatal("the HTTP/1.1 upstream is not remembered as such, or the h2 one is")
+	}
+	// The Transport's connection for the first answer, then one of h1Transport's for the
+	// other four.
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("5 reads of the HTTP/1.1 upstream took %d connections, want 2", n)
 	}
 }

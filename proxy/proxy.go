@@ -187,7 +187,7 @@ func New(opts Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.tr = tr
-	p.h1 = &h1Transport{dial: p.guard.DialContext, headerTimeout: opts.Limits.UpstreamHeaderTimeout}
+	p.h1 = &h1Transport{dial: p.guard.DialContext, tls: tr.TLSClientConfig, headerTimeout: opts.Limits.UpstreamHeaderTimeout}
 	p.gp = p.newGoproxy()
 	return p, nil
 }

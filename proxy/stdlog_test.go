@@ -41,12 +41,17 @@ func TestUnsolicitedBytesNeverReachTheLog(t *testing.T) {
 		_ = rw.Flush()
 		time.Sleep(500 * time.Millisecond)
 	}))
-	for _, kind := range []string{"http", "https/1.1"} {
-		// A keep-alive client: the upstream connection goes back to the idle pool, where
-		// the transport finds the extra bytes.
-		resp, body := get(t, re.client(nil), "GET", re.bases[kind]+"/echo/extra", "")
-		if resp.StatusCode != 200 || body != "ok" {
-			t.Errorf("%s: got %d %q, want the response before the extra bytes", kind, resp.StatusCode, body)
+	// DELETE goes through net/http's Transport (a GET to a plain-HTTP upstream does not:
+	// h1.go, which drops a connection with unasked bytes on it and logs nothing); the GETs
+	// after it must get their own answers all the same.
+	for _, method := range []string{"DELETE", "GET"} {
+		for _, kind := range []string{"http", "https/1.1"} {
+			// A keep-alive client: the upstream connection goes back to the idle pool, where
+			// the transport finds the extra bytes.
+			resp, body := get(t, re.client(nil), method, re.bases[kind]+"/echo/extra", "")
+			if resp.StatusCode != 200 || body != "ok" {
+				t.Errorf("%s %s: got %d %q, want the response before the extra bytes", method, kind, resp.StatusCode, body)
+			}
 		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
