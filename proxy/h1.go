@@ -252,11 +252,14 @@ func (c *h1Conn) roundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return fail(err)
 		}
-		if resp.StatusCode >= 200 {
+		// A 101 ends the exchange as it does for the Transport: the caller sees it (and
+		// refuses it, since nothing taken here asked to upgrade); what follows it on the
+		// connection is never read, and the connection is closed below.
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
 		}
-		if resp.StatusCode == http.StatusSwitchingProtocols || n == h1Max1xx {
-			return fail(fmt.Errorf("net/http: unexpected %s answering a request that asked for no upgrade", resp.Status))
+		if n == h1Max1xx {
+			return fail(fmt.Errorf("net/http: %d informational answers in a row", n+1))
 		}
 		// 100 Continue, 103 Early Hints: informational, and not forwarded (as the
 		// Transport does without a trace hook).
@@ -268,7 +271,7 @@ func (c *h1Conn) roundTrip(req *http.Request) (*http.Response, error) {
 			_ = c.conn.SetDeadline(aLongTimeAgo)
 		}
 	}
-	keep := !resp.Close && !req.Close
+	keep := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
 	if resp.Body == http.NoBody {
 		if stop() && keep {
 			c.t.put(c)

@@ -371,8 +371,17 @@ func TestH1SkipsInformationalAnswers(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || body != "body" || resp.Header.Get("Link") != "" {
 		t.Fatalf("after 103 and 100: %v %q %v (Link %q)", resp, body, err, resp.Header.Get("Link"))
 	}
-	if _, _, err := h1Get(t, tr, context.Background(), u.url("/switch")); err == nil {
-		t.Fatal("a 101 to a request that asked for no upgrade was taken")
+	// A 101 is handed up as the Transport does (the proxy refuses it), without the bytes
+	// after it and without keeping its connection.
+	resp, body, err = h1Get(t, tr, context.Background(), u.url("/switch"))
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || body != "" {
+		t.Fatalf("a 101: %v %q %v, want the 101 with no body", resp, body, err)
+	}
+	tr.mu.Lock()
+	idle := tr.n
+	tr.mu.Unlock()
+	if idle != 0 { // the /hints one was closed by its upstream, the switched one by us
+		t.Fatalf("%d connections idle after a 101, want 0", idle)
 	}
 	if _, _, err := h1Get(t, tr, context.Background(), u.url("/many")); err == nil {
 		t.Fatal("ten informational answers in a row were taken")
