@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,25 +20,28 @@ import (
 )
 
 // h1Transport sends the common request, a GET or HEAD with no body to a plain-HTTP
-// upstream, on the calling goroutine: it writes the request and reads the response on
-// the connection itself. net/http's Transport hands every request to a connection's
-// writing goroutine and the response back from its reading goroutine, two wake-ups per
-// request that cost more CPU than anything airlock adds (docs/performance.md, "Seventh
-// pass"). Every other request (a body, an upgrade, TLS, an approved request) goes through
-// net/http's Transport as before.
+// upstream or to an HTTPS one known to speak HTTP/1.1 only, on the calling goroutine: it
+// writes the request and reads the response on the connection itself. net/http's
+// Transport hands every request to a connection's writing goroutine and the response back
+// from its reading goroutine, two wake-ups per request that cost more CPU than anything
+// airlock adds (docs/performance.md, "Seventh pass"). Every other request (a body, an
+// upgrade, an HTTPS upstream that speaks h2 or has not answered yet, an approved request,
+// a parent proxy) goes through net/http's Transport as before.
 //
-// It keeps what the Transport promises a proxy: the same dial (the dial guard), the
-// request written by net/http's own Request.Write after the Transport's header checks,
-// Accept-Encoding: gzip offered and undone as the Transport does, response headers bounded
-// (10 MiB) and timed (UpstreamHeaderTimeout), 1xx answers skipped, and a connection
-// reused only when its previous response was read to the end, neither side asked to close
-// it, and nothing arrived on it while it was idle (bytes an upstream sent unasked are
-// never taken for the next request's answer). A reused connection that turns out closed
-// before any byte of the answer is retried once on a new one, as the Transport retries an
-// idempotent request.
+// It keeps what the Transport promises a proxy: the same dial (the dial guard) and TLS
+// (upstreamTLS), the request written by net/http's own Request.Write after the
+// Transport's header checks, Accept-Encoding: gzip offered and undone as the Transport
+// does, response headers bounded (10 MiB) and timed (UpstreamHeaderTimeout), 1xx answers
+// skipped, and a connection reused only when its previous response was read to the end,
+// neither side asked to close it, and nothing arrived on it while it was idle (bytes an
+// upstream sent unasked are never taken for the next request's answer; over TLS, the part
+// of a record that has not completed is inside crypto/tls, beyond reach, as it is for the
+// Transport, and only the upstream itself can send it). A reused connection that turns
+// out closed before any byte of the answer is retried once, on a new connection, so a
+// request reaches an upstream twice at most.
 type h1Transport struct {
 	dial          func(ctx context.Context, network, addr string) (net.Conn, error)
-	tls           *tls.Config   // for HTTPS upstreams, as the Transport's TLSClientConfig
+	tls           *upstreamTLS  // for HTTPS upstreams, as for the Transport's
 	headerTimeout time.Duration // 0: none
 
 	mu   sync.Mutex
@@ -58,7 +60,6 @@ const (
 	h1MaxIdlePerHost = 256
 	h1IdleTimeout    = 90 * time.Second
 	h1MaxHeaderBytes = 10 << 20 // net/http's Transport default
-	h1TLSTimeout     = 10 * time.Second
 	h1Max1xx         = 5
 	h1MaxH1Only      = 10000 // HTTPS upstreams remembered as HTTP/1.1 only
 )
@@ -127,8 +128,11 @@ func (t *h1Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx := req.Context()
 	key, addr := h1Key(req)
-	for {
-		c := t.get(key)
+	for retried := false; ; retried = true {
+		var c *h1Conn
+		if !retried { // the retry is on a new connection: a request is sent twice at most
+			c = t.get(key)
+		}
 		reused := c != nil
 		if c == nil {
 			var err error
@@ -184,22 +188,14 @@ func (t *h1Transport) connect(ctx context.Context, scheme, key, addr, host strin
 	}
 	conn := raw
 	if scheme == "https" {
-		cfg := t.tls.Clone()
-		if cfg.ServerName == "" {
-			cfg.ServerName = host
-		}
-		cfg.NextProtos = []string{"http/1.1"}
-		tc := tls.Client(raw, cfg)
-		hctx, cancel := context.WithTimeout(ctx, h1TLSTimeout)
-		err := tc.HandshakeContext(hctx)
-		cancel()
+		tc, err := t.tls.client(ctx, raw, host, "http/1.1")
 		if err == nil {
 			if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
+				tc.Close()
 				err = fmt.Errorf("tls: the upstream chose protocol %q, not the http/1.1 offered", p)
 			}
 		}
 		if err != nil {
-			raw.Close()
 			return nil, err
 		}
 		conn = tc
@@ -514,11 +510,15 @@ func (t *h1Transport) speaksH1(req *http.Request) bool {
 
 // learnH1 remembers req's HTTPS upstream as one that speaks HTTP/1.1 only.
 func (t *h1Transport) learnH1(req *http.Request) {
-	if t.nh1Only.Load() >= h1MaxH1Only {
+	key, _ := h1Key(req)
+	if _, ok := t.h1Only.Load(key); ok {
 		return
 	}
-	key, _ := h1Key(req)
-	if _, loaded := t.h1Only.LoadOrStore(key, struct{}{}); !loaded {
-		t.nh1Only.Add(1)
+	if t.nh1Only.Add(1) > h1MaxH1Only { // a slot is taken before the store: the cap holds under races
+		t.nh1Only.Add(-1)
+		return
+	}
+	if _, loaded := t.h1Only.LoadOrStore(key, struct{}{}); loaded {
+		t.nh1Only.Add(-1)
 	}
 }

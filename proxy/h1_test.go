@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -522,7 +521,7 @@ func TestSandboxesNeverGetAnUpstreamsUnaskedBytes(t *testing.T) {
 
 // newTLSRawUpstream is newRawUpstream over TLS, with a certificate for 127.0.0.1 from a
 // new CA, and the transport's TLS configuration trusting it as airlock's does.
-func newTLSRawUpstream(t *testing.T, serve func(i int, c net.Conn, br *bufio.Reader)) (*rawUpstream, *tls.Config) {
+func newTLSRawUpstream(t *testing.T, serve func(i int, c net.Conn, br *bufio.Reader)) (*rawUpstream, *upstreamTLS) {
 	t.Helper()
 	c, err := ca.New()
 	if err != nil {
@@ -541,11 +540,7 @@ func newTLSRawUpstream(t *testing.T, serve func(i int, c net.Conn, br *bufio.Rea
 	})
 	pool := x509.NewCertPool()
 	pool.AddCert(c.Certificate())
-	tr, err := newTransport(&Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, Options{UpstreamCAs: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u, tr.TLSClientConfig
+	return u, &upstreamTLS{extra: pool}
 }
 
 func TestH1OverTLSVerifiesReusesAndDropsUnaskedBytes(t *testing.T) {
@@ -617,11 +612,12 @@ func TestInterceptedReadsKeepTheUpstreamsProtocol(t *testing.T) {
 	pool.AddCert(h2.Certificate())
 	pool.AddCert(h1.Certificate())
 	e.proxy.opts.UpstreamCAs = pool
-	tr, err := newTransport(e.proxy.guard, e.proxy.opts)
+	ut := &upstreamTLS{extra: pool}
+	tr, err := newTransport(e.proxy.guard, ut, e.proxy.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.proxy.tr, e.proxy.gp.Tr, e.proxy.h1.tls = tr, tr, tr.TLSClientConfig
+	e.proxy.tr, e.proxy.gp.Tr, e.proxy.h1.tls = tr, tr, ut
 	c := e.client(nil)
 	for i := range 5 {
 		if resp, body := get(t, c, "GET", h2.URL+"/allowed", ""); resp.StatusCode != 200 || body != "proto=HTTP/2.0" {
@@ -638,5 +634,87 @@ func TestInterceptedReadsKeepTheUpstreamsProtocol(t *testing.T) {
 	// other four.
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("5 reads of the HTTP/1.1 upstream took %d connections, want 2", n)
+	}
+}
+
+// Red team (h1 path, 2026-12-07): the retry took the next pooled connection, and the next:
+// an upstream that closed each idle connection as a request arrived on it got one GET once
+// per pooled connection plus one (9 times with 8 pooled). It is retried once, on a new
+// connection.
+func TestH1SendsARequestTwiceAtMost(t *testing.T) {
+	const pooled = 8
+	var victim atomic.Int32
+	var closing atomic.Bool
+	release := make(chan struct{})
+	u := newRawUpstream(t, func(i int, c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := readRequest(br)
+			if err != nil {
+				return
+			}
+			if req.URL.Path == "/victim" {
+				victim.Add(1)
+			}
+			if closing.Load() {
+				return // read it, answer nothing, close
+			}
+			<-release // the warm-up requests are in flight together: one connection each
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	tr := newH1(2 * time.Second)
+	defer tr.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for range pooled {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h1Get(t, tr, context.Background(), u.url("/warm"))
+		}()
+	}
+	for u.conns.Load() < pooled {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	tr.mu.Lock()
+	n := tr.n
+	tr.mu.Unlock()
+	if n != pooled {
+		t.Fatalf("%d connections pooled, want %d", n, pooled)
+	}
+	closing.Store(true)
+	if _, _, err := h1Get(t, tr, context.Background(), u.url("/victim")); err == nil {
+		t.Fatal("an upstream that answers nothing gave an answer")
+	}
+	if v := victim.Load(); v != 2 {
+		t.Fatalf("one GET reached the upstream %d times, want 2 (the request and one retry)", v)
+	}
+}
+
+// Red team (h1 path, 2026-12-07): the memory of HTTP/1.1-only upstreams checked its cap
+// before storing, so hosts learnt at once went past it.
+func TestH1RemembersNoMoreUpstreamsThanItsCapUnderRaces(t *testing.T) {
+	for range 300 { // the race is narrow: many rounds
+		tr := &h1Transport{}
+		tr.nh1Only.Store(h1MaxH1Only - 1)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				tr.learnH1(httptest.NewRequest("GET", fmt.Sprintf("https://h%d.example/", i), nil))
+				tr.learnH1(httptest.NewRequest("GET", fmt.Sprintf("https://h%d.example/", i), nil))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		n := 0
+		tr.h1Only.Range(func(any, any) bool { n++; return true })
+		if n != 1 || tr.nh1Only.Load() != h1MaxH1Only {
+			t.Fatalf("%d upstreams learnt past %d (counter %d), want 1 and the counter at the cap %d", n, h1MaxH1Only-1, tr.nh1Only.Load(), h1MaxH1Only)
+		}
 	}
 }

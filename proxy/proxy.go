@@ -182,12 +182,13 @@ func New(opts Options) (*Proxy, error) {
 			p.guard.AddSelf(a)
 		}
 	}
-	tr, err := newTransport(p.guard, opts)
+	ut := &upstreamTLS{extra: opts.UpstreamCAs}
+	tr, err := newTransport(p.guard, ut, opts)
 	if err != nil {
 		return nil, err
 	}
 	p.tr = tr
-	p.h1 = &h1Transport{dial: p.guard.DialContext, tls: tr.TLSClientConfig, headerTimeout: opts.Limits.UpstreamHeaderTimeout}
+	p.h1 = &h1Transport{dial: p.guard.DialContext, tls: ut, headerTimeout: opts.Limits.UpstreamHeaderTimeout}
 	p.gp = p.newGoproxy()
 	return p, nil
 }

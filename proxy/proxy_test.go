@@ -333,7 +333,7 @@ func TestHTTP2ToUpstreamWhereOffered(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AddCert(h2.Certificate())
 	e.proxy.opts.UpstreamCAs = pool
-	tr, err := newTransport(e.proxy.guard, e.proxy.opts)
+	tr, err := newTransport(e.proxy.guard, &upstreamTLS{extra: pool}, e.proxy.opts)
 	if err != nil {
 		t.Fatal(err)
 	}

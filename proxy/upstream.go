@@ -21,38 +21,84 @@ import (
 	"github.com/airlock-proxy/airlock/telemetry"
 )
 
-func newTransport(g *Guard, opts Options) (*http.Transport, error) {
-	// RootCAs nil: the system roots, which crypto/x509 loads at the first verification, not
-	// here (parsing the system bundle is ~25 ms, most of a one-shot run's proxy start-up,
-	// and a run that makes no TLS request never needs it). A host without roots verifies
-	// nothing, as an empty pool would.
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if extra := opts.UpstreamCAs; extra != nil {
-		// x509.CertPool cannot be merged: the caller's pool is extra roots, through
-		// VerifyConnection (a nil pool there is the system roots too).
-		cfg.InsecureSkipVerify = true // verification is done by VerifyConnection, against both pools
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			return verifyWithPools(cs, nil, extra)
-		}
-	}
+func newTransport(g *Guard, ut *upstreamTLS, opts Options) (*http.Transport, error) {
 	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           g.DialContext,
-		TLSClientConfig:       cfg,
+		Proxy:       nil,
+		DialContext: g.DialContext,
+		// Every HTTPS connection is made by ut, which verifies the certificate for the
+		// name that was dialled (TLSClientConfig and TLSHandshakeTimeout are unused).
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			raw, err := g.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return ut.client(ctx, raw, host, "h2", "http/1.1")
+		},
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          2048,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: opts.Limits.UpstreamHeaderTimeout,
 		ExpectContinueTimeout: time.Second,
 	}, nil
 }
 
-// verifyWithPools verifies the server chain against the system roots or the extra roots.
-func verifyWithPools(cs tls.ConnectionState, pools ...*x509.CertPool) error {
+// upstreamTLSTimeout bounds a TLS handshake with an upstream (the Transport's own
+// TLSHandshakeTimeout, which a custom TLS dial does not get).
+const upstreamTLSTimeout = 10 * time.Second
+
+// upstreamTLS makes the TLS client side of every upstream connection, the Transport's and
+// the direct path's alike.
+type upstreamTLS struct {
+	// extra roots beside the system's (--upstream-ca); nil: the system roots only.
+	extra *x509.CertPool
+}
+
+// client completes a TLS handshake over raw with host (a name or an IP address, as
+// dialled) as the name the certificate must be for, offering protos, within
+// upstreamTLSTimeout. raw is closed on failure.
+//
+// The name is bound here, per connection, and not read back from the connection state:
+// for an IP address crypto/tls sends no SNI and reports an empty ServerName, and a
+// verification keyed on that checked no name at all, so that a certificate for any name
+// chaining to a trusted root was taken for an IP upstream's.
+func (u *upstreamTLS) client(ctx context.Context, raw net.Conn, host string, protos ...string) (*tls.Conn, error) {
+	// RootCAs nil: the system roots, which crypto/x509 loads at the first verification,
+	// not at start-up (parsing the system bundle is ~25 ms of a one-shot run, and a run
+	// that makes no TLS request never needs it). A host without roots verifies nothing,
+	// as an empty pool would.
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, NextProtos: protos}
+	if extra := u.extra; extra != nil {
+		// x509.CertPool cannot be merged: the extra roots are tried beside the system's
+		// in VerifyConnection (a nil pool there is the system roots).
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			return verifyWithPools(cs, host, nil, extra)
+		}
+	}
+	tc := tls.Client(raw, cfg)
+	hctx, cancel := context.WithTimeout(ctx, upstreamTLSTimeout)
+	err := tc.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// verifyWithPools verifies the server chain, for host, against the system roots or the
+// extra roots.
+func verifyWithPools(cs tls.ConnectionState, host string, pools ...*x509.CertPool) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("upstream sent no certificate")
+	}
+	if host == "" {
+		return errors.New("no upstream name to verify its certificate for")
 	}
 	inter := x509.NewCertPool()
 	for _, c := range cs.PeerCertificates[1:] {
@@ -60,7 +106,7 @@ func verifyWithPools(cs tls.ConnectionState, pools ...*x509.CertPool) error {
 	}
 	var firstErr error
 	for _, pool := range pools {
-		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: cs.ServerName, Roots: pool, Intermediates: inter})
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: host, Roots: pool, Intermediates: inter})
 		if err == nil {
 			return nil
 		}
