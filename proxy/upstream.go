@@ -104,17 +104,20 @@ func verifyWithPools(cs tls.ConnectionState, host string, pools ...*x509.CertPoo
 	for _, c := range cs.PeerCertificates[1:] {
 		inter.AddCert(c)
 	}
-	var firstErr error
+	// The error said is the one of a pool the chain reached (a wrong name, an expired
+	// certificate), not "unknown authority" from a pool it has nothing to do with.
+	var why error
 	for _, pool := range pools {
 		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: host, Roots: pool, Intermediates: inter})
 		if err == nil {
 			return nil
 		}
-		if firstErr == nil {
-			firstErr = err
+		var unknown x509.UnknownAuthorityError
+		if why == nil || !errors.As(err, &unknown) {
+			why = err
 		}
 	}
-	return firstErr
+	return why
 }
 
 // LoadCAFile reads PEM certificates for --upstream-ca.

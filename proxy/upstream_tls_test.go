@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -83,6 +84,11 @@ func TestUpstreamTLSChecksTheNameOfAnIPUpstream(t *testing.T) {
 		}
 		if (err == nil) != tc.ok {
 			t.Errorf("Transport, certificate for %s at %s: err %v; want accepted=%v", tc.cert, url, err, tc.ok)
+		}
+		// The reason given is the name, not "unknown authority" from the system roots.
+		var wrongName x509.HostnameError
+		if !tc.ok && err != nil && !errors.As(err, &wrongName) {
+			t.Errorf("Transport, certificate for %s: err %q, want it to say the certificate is not for 127.0.0.1", tc.cert, err)
 		}
 		tr.CloseIdleConnections()
 	}
