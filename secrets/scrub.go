@@ -312,31 +312,49 @@ func (s *scrubber) Reader(src io.ReadCloser) io.ReadCloser {
 	return r
 }
 
-// chunks are the read buffers of scrubReaders, reused across responses: one per response
-// was most of the scrubbing cost on small bodies.
-var chunks = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+// streamBufs are a scrubReader's working buffers, reused across responses: one chunk
+// per response was most of the scrubbing cost on small bodies, and the held-back input and
+// the output growing from nothing to a chunk's size on every streamed response were most
+// of its allocation (and of the collector's work) on large ones.
+type streamBufs struct {
+	chunk   []byte // what is read from the source
+	pending []byte // the redactor's input not yet emitted: up to a chunk and the window
+	out     []byte // what is emitted: up to a chunk and the window, and markers
+}
+
+const streamChunk = 32 << 10
+
+var streamPool = sync.Pool{New: func() any {
+	return &streamBufs{
+		chunk:   make([]byte, streamChunk),
+		pending: make([]byte, 0, streamChunk+4<<10),
+		out:     make([]byte, 0, streamChunk+4<<10),
+	}
+}}
 
 type scrubReader struct {
-	src   io.ReadCloser
-	s     *scrubber
-	red   redactor
-	chunk *[]byte // from chunks, returned at the end of the body
-	out   []byte  // output not yet read
-	buf   []byte  // out's backing array, reused from chunk to chunk
-	err   error
-	hits  int64 // red.markers already counted
+	src  io.ReadCloser
+	s    *scrubber
+	red  redactor
+	bufs *streamBufs // from streamPool while the body is read; returned once it is over
+	out  []byte      // output not yet read
+	buf  []byte      // out's backing array, reused from chunk to chunk
+	err  error
+	hits int64 // red.markers already counted
 }
 
 func (r *scrubReader) Read(p []byte) (int, error) {
 	for len(r.out) == 0 {
 		if r.err != nil {
+			r.release()
 			return 0, r.err
 		}
-		if r.chunk == nil {
-			r.chunk = chunks.Get().(*[]byte)
+		if r.bufs == nil {
+			r.bufs = streamPool.Get().(*streamBufs)
+			r.red.pending, r.buf = r.bufs.pending[:0], r.bufs.out[:0]
 		}
-		n, err := r.src.Read(*r.chunk)
-		out := r.red.feed((*r.chunk)[:n], r.buf[:0])
+		n, err := r.src.Read(r.bufs.chunk)
+		out := r.red.feed(r.bufs.chunk[:n], r.buf[:0])
 		if r.red.sigAt >= 0 {
 			// Nothing at or after the signature was emitted: it starts after the hold-back.
 			err = &UninspectableError{What: fmt.Sprintf("a compressed payload (%s at byte %d of the body)", r.red.sigName, r.red.sigAt)}
@@ -346,9 +364,6 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 				out = r.red.finish(out)
 			}
 			r.err = r.s.scrubError(err)
-			// Returned here, not in Close, which may run concurrently with a Read.
-			chunks.Put(r.chunk)
-			r.chunk = nil
 		}
 		r.s.count(r.red.markers - r.hits)
 		r.hits = r.red.markers
@@ -357,6 +372,20 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 	n := copy(p, r.out)
 	r.out = r.out[n:]
 	return n, nil
+}
+
+// release gives the working buffers back once the body is over and its output read (it
+// runs in Read, not in Close, which may run concurrently with a Read). Buffers that grew
+// (a long pattern's window, many markers) go back grown.
+func (r *scrubReader) release() {
+	b := r.bufs
+	if b == nil {
+		return
+	}
+	r.bufs = nil
+	b.pending, b.out = r.red.pending[:0], r.buf[:0]
+	r.red.pending, r.buf, r.out = nil, nil, nil
+	streamPool.Put(b)
 }
 
 func (r *scrubReader) Close() error { return r.src.Close() }

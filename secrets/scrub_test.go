@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 )
@@ -436,5 +437,67 @@ func TestScrubResponseWholeSmallBody(t *testing.T) {
 				t.Errorf("body %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// Streamed bodies share pooled working buffers: bodies read at once, one after another,
+// some abandoned halfway and some ending in an error or a held-back prefix, each get
+// exactly their own scrubbed bytes, nothing of another's.
+func TestScrubReadersShareBuffersWithoutMixingBodies(t *testing.T) {
+	secret := "sk-pool-0123456789abcdef"
+	s := newScrubber([]Secret{NewSecret(secret)})
+	body := func(i int) (in, want string) {
+		var b, w strings.Builder
+		for j := 0; b.Len() < 80<<10+i*997; j++ {
+			part := fmt.Sprintf("body %d line %d ", i, j)
+			b.WriteString(part)
+			w.WriteString(part)
+			if j%(50+i) == 0 {
+				b.WriteString(secret)
+				w.WriteString(R)
+			}
+		}
+		b.WriteString("tail sk-pool-01") // a prefix of the value at the end is passed on
+		w.WriteString("tail sk-pool-01")
+		return b.String(), w.String()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 8 {
+				i := g*8 + k
+				in, want := body(i)
+				src := io.NopCloser(&chunkReader{src: []byte(in), sizes: []int{i*131 + 1, 32 << 10, 7}})
+				r := s.Reader(src)
+				switch i % 4 {
+				case 1: // abandoned after a few reads
+					buf := make([]byte, 5000)
+					for range 3 {
+						r.Read(buf)
+					}
+					r.Close()
+					continue
+				case 2: // ends in an error: what came before it, then the error
+					r = s.Reader(io.NopCloser(io.MultiReader(strings.NewReader(in[:40<<10]), iotest.ErrReader(errors.New("upstream reset")))))
+					got, err := io.ReadAll(r)
+					if err == nil || !strings.HasPrefix(want, string(got)) {
+						errs <- fmt.Errorf("body %d with an error: %d bytes, err %v; want a prefix of its own scrubbed bytes", i, len(got), err)
+					}
+					continue
+				}
+				got, err := io.ReadAll(r)
+				if err != nil || string(got) != want {
+					errs <- fmt.Errorf("body %d: %d bytes (err %v), want its own %d", i, len(got), err, len(want))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
