@@ -324,13 +324,9 @@ type streamBufs struct {
 
 const streamChunk = 32 << 10
 
-var streamPool = sync.Pool{New: func() any {
-	return &streamBufs{
-		chunk:   make([]byte, streamChunk),
-		pending: make([]byte, 0, streamChunk+4<<10),
-		out:     make([]byte, 0, streamChunk+4<<10),
-	}
-}}
+// pending and out start empty and grow to what the bodies read with them needed: a small
+// body's stay small.
+var streamPool = sync.Pool{New: func() any { return &streamBufs{chunk: make([]byte, streamChunk)} }}
 
 type scrubReader struct {
 	src  io.ReadCloser
