@@ -370,16 +370,25 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// keepable is b emptied, to go back to streamPool, or nil when it grew past what a pool
+// item keeps (a body of many short values grows its output several times over).
+func keepable(b []byte) []byte {
+	if cap(b) > 4*streamChunk {
+		return nil
+	}
+	return b[:0]
+}
+
 // release gives the working buffers back once the body is over and its output read (it
 // runs in Read, not in Close, which may run concurrently with a Read). Buffers that grew
-// (a long pattern's window, many markers) go back grown.
+// (a long pattern's window, many markers) go back grown, within keepable's bound.
 func (r *scrubReader) release() {
 	b := r.bufs
 	if b == nil {
 		return
 	}
 	r.bufs = nil
-	b.pending, b.out = r.red.pending[:0], r.buf[:0]
+	b.pending, b.out = keepable(r.red.pending), keepable(r.buf)
 	r.red.pending, r.buf, r.out = nil, nil, nil
 	streamPool.Put(b)
 }

@@ -501,3 +501,30 @@ func TestScrubReadersShareBuffersWithoutMixingBodies(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A pooled stream keeps its grown buffers only within a bound: a body of many short values
+// grows its output several times over, and the pool would keep that for every later body.
+func TestScrubReaderKeepsNoHugeBuffers(t *testing.T) {
+	s := newScrubber([]Secret{NewSecret("ab")})
+	in := strings.Repeat("ab-", 3*streamChunk) // a marker for every three bytes
+	r := s.Reader(io.NopCloser(strings.NewReader(in))).(*scrubReader)
+	var grew int
+	buf := make([]byte, 512)
+	for {
+		if r.bufs != nil {
+			grew = max(grew, cap(r.buf))
+		}
+		if _, err := r.Read(buf); err != nil {
+			break
+		}
+	}
+	if grew <= 4*streamChunk {
+		t.Fatalf("the output grew to %d bytes only; the case needs more than %d", grew, 4*streamChunk)
+	}
+	if b := keepable(make([]byte, 10, grew)); b != nil {
+		t.Fatalf("a %d-byte buffer is kept for the pool", grew)
+	}
+	if b := keepable(make([]byte, 10, streamChunk)); b == nil || len(b) != 0 || cap(b) != streamChunk {
+		t.Fatalf("a chunk-sized buffer is not kept emptied: len %d cap %d", len(b), cap(b))
+	}
+}
