@@ -120,8 +120,8 @@ func rtTLSServer(t *testing.T, listen string, cfg *tls.Config, http2 bool) (addr
 var rtGuard = &Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
 
 // rtBoth fetches u through the direct path and through the Transport with ut and returns
-// the errors (nil: the upstream was accepted).
-func rtBoth(t *testing.T, ut *upstreamTLS, u string) (h1Err, trErr error, trResp *http.Response) {
+// the Transport's response and both errors (nil: the upstream was accepted).
+func rtBoth(t *testing.T, ut *upstreamTLS, u string) (trResp *http.Response, h1Err, trErr error) {
 	t.Helper()
 	h1 := &h1Transport{dial: rtGuard.DialContext, tls: ut, headerTimeout: 3 * time.Second}
 	defer h1.CloseIdleConnections()
@@ -144,12 +144,12 @@ func rtBoth(t *testing.T, ut *upstreamTLS, u string) (h1Err, trErr error, trResp
 		resp.Body.Close()
 		trResp = resp
 	}
-	return h1Err, err, trResp
+	return trResp, h1Err, err
 }
 
 func rtExpect(t *testing.T, what string, ut *upstreamTLS, u string, accept bool) {
 	t.Helper()
-	h1Err, trErr, _ := rtBoth(t, ut, u)
+	_, h1Err, trErr := rtBoth(t, ut, u)
 	if (h1Err == nil) != accept {
 		t.Errorf("%s: direct path err=%v, want accepted=%v", what, h1Err, accept)
 	}
@@ -317,7 +317,7 @@ func TestRTH2StillNegotiated(t *testing.T) {
 	ut := &upstreamTLS{extra: c.pool()}
 	cert, _, _ := c.leaf(t, nil, "127.0.0.1")
 	addr := rtTLSServer(t, "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}}, true)
-	_, trErr, resp := rtBoth(t, ut, "https://"+addr+"/")
+	resp, _, trErr := rtBoth(t, ut, "https://"+addr+"/")
 	if trErr != nil {
 		t.Fatal(trErr)
 	}
@@ -333,7 +333,7 @@ func TestRTH2StillNegotiated(t *testing.T) {
 	// And an h2 upstream with a cert for another name is refused before any h2 frame.
 	bad, _, _ := c.leaf(t, nil, "evil.example")
 	addr = rtTLSServer(t, "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{bad}}, true)
-	if _, err, _ := rtBoth(t, ut, "https://"+addr+"/"); err == nil {
+	if _, _, err := rtBoth(t, ut, "https://"+addr+"/"); err == nil {
 		t.Error("h2 upstream with wrong-name cert accepted by the Transport")
 	}
 }
@@ -489,7 +489,7 @@ func TestUpstreamTLSSaysWhyAnExtraRootsCertificateIsRefused(t *testing.T) {
 	ut := &upstreamTLS{extra: c.pool()}
 	cert, _, _ := c.leaf(t, func(x *x509.Certificate) { x.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth} }, "127.0.0.1")
 	addr := rtServeCert(t, "127.0.0.1:0", cert, nil)
-	h1Err, trErr, _ := rtBoth(t, ut, "https://"+addr+"/")
+	_, h1Err, trErr := rtBoth(t, ut, "https://"+addr+"/")
 	for what, err := range map[string]error{"direct path": h1Err, "Transport": trErr} {
 		var invalid x509.CertificateInvalidError
 		if !errors.As(err, &invalid) || invalid.Reason != x509.IncompatibleUsage {
