@@ -494,6 +494,9 @@ func (p *Proxy) roundTrip(req *http.Request, approved bool) (*http.Response, err
 	if direct && (req.URL.Scheme == "http" || p.h1.speaksH1(req)) {
 		return p.h1.RoundTrip(req)
 	}
+	if requiresHTTP1(req) {
+		req = req.WithContext(context.WithValue(req.Context(), onlyHTTP1{}, true))
+	}
 	resp, err := p.tr.RoundTrip(req)
 	if direct && err == nil && resp.ProtoMajor == 1 && resp.TLS != nil {
 		p.h1.learnH1(req)

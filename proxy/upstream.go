@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/elazarl/goproxy"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/secrets"
@@ -36,6 +37,9 @@ func newTransport(g *Guard, ut *upstreamTLS, opts Options) (*http.Transport, err
 			if err != nil {
 				return nil, err
 			}
+			if ctx.Value(onlyHTTP1{}) != nil {
+				return ut.client(ctx, raw, host, "http/1.1")
+			}
 			return ut.client(ctx, raw, host, "h2", "http/1.1")
 		},
 		ForceAttemptHTTP2:     true,
@@ -45,6 +49,19 @@ func newTransport(g *Guard, ut *upstreamTLS, opts Options) (*http.Transport, err
 		ResponseHeaderTimeout: opts.Limits.UpstreamHeaderTimeout,
 		ExpectContinueTimeout: time.Second,
 	}, nil
+}
+
+// onlyHTTP1 marks the context of a request that exists only in HTTP/1.1 (a WebSocket
+// upgrade), so that a TLS connection dialled for it offers no h2. The Transport does this
+// itself for the TLS it makes (its connections for such requests are a pool of their own,
+// and its dials keep the request context's values); for a TLS dial of ours, the dialler
+// has only the context to go by.
+type onlyHTTP1 struct{}
+
+// requiresHTTP1 is net/http's test for a request its Transport sends only over HTTP/1.1.
+func requiresHTTP1(req *http.Request) bool {
+	return httpguts.HeaderValuesContainsToken(req.Header["Connection"], "upgrade") &&
+		strings.EqualFold(req.Header.Get("Upgrade"), "websocket")
 }
 
 // upstreamTLSTimeout bounds a TLS handshake with an upstream (the Transport's own

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"testing"
 	"time"
@@ -106,5 +107,65 @@ func TestInterceptedReadOfAnIPUpstreamRefusesAnotherNamesCertificate(t *testing.
 		if resp.StatusCode != http.StatusBadGateway {
 			t.Fatalf("read %d: %d %q, want 502 (the certificate is for evil.example, not 127.0.0.1)", i, resp.StatusCode, body)
 		}
+	}
+}
+
+// A WebSocket upgrade through intercepted HTTPS to an upstream that also speaks h2 is
+// made over HTTP/1.1, as the Transport makes it with its own TLS: the upgrade exists only
+// in HTTP/1.1, and a connection on which the upstream chose h2 cannot carry it.
+func TestWebSocketUpgradeToAnH2UpstreamGoesOverHTTP1(t *testing.T) {
+	e := newEnv(t)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			fmt.Fprintf(w, "proto=%s", r.Proto)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		line, _ := brw.ReadString('\n')
+		io.WriteString(c, "echo "+line)
+	}))
+	up.EnableHTTP2 = true
+	up.StartTLS()
+	defer up.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(up.Certificate())
+	ut := &upstreamTLS{extra: pool}
+	tr, err := newTransport(e.proxy.guard, ut, e.proxy.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.proxy.tr, e.proxy.gp.Tr, e.proxy.h1.tls = tr, tr, ut
+	c := e.client(nil)
+	// The upstream speaks h2 to a plain read, and keeps a connection for it.
+	if resp, body := get(t, c, "GET", up.URL+"/allowed/x", ""); resp.StatusCode != 200 || body != "proto=HTTP/2.0" {
+		t.Fatalf("a read: %d %q, want proto=HTTP/2.0", resp.StatusCode, body)
+	}
+	req, _ := http.NewRequest("GET", up.URL+"/allowed/ws", nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("the upgrade: %d %q, want 101", resp.StatusCode, b)
+	}
+	rw, ok := resp.Body.(io.ReadWriter)
+	if !ok {
+		t.Fatalf("the 101's body is a %T, not the upgraded stream", resp.Body)
+	}
+	io.WriteString(rw, "ping\n")
+	line, err := bufio.NewReader(rw).ReadString('\n')
+	if err != nil || line != "echo ping\n" {
+		t.Fatalf("through the upgraded stream: %q, %v; want \"echo ping\\n\"", line, err)
 	}
 }
