@@ -613,10 +613,7 @@ func TestInterceptedReadsKeepTheUpstreamsProtocol(t *testing.T) {
 	pool.AddCert(h1.Certificate())
 	e.proxy.opts.UpstreamCAs = pool
 	ut := &upstreamTLS{extra: pool}
-	tr, err := newTransport(e.proxy.guard, ut, e.proxy.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTransport(e.proxy.guard, ut, e.proxy.opts)
 	e.proxy.tr, e.proxy.gp.Tr, e.proxy.h1.tls = tr, tr, ut
 	c := e.client(nil)
 	for i := range 5 {

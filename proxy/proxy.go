@@ -183,11 +183,7 @@ func New(opts Options) (*Proxy, error) {
 		}
 	}
 	ut := &upstreamTLS{extra: opts.UpstreamCAs}
-	tr, err := newTransport(p.guard, ut, opts)
-	if err != nil {
-		return nil, err
-	}
-	p.tr = tr
+	p.tr = newTransport(p.guard, ut, opts)
 	p.h1 = &h1Transport{dial: p.guard.DialContext, tls: ut, headerTimeout: opts.Limits.UpstreamHeaderTimeout}
 	p.gp = p.newGoproxy()
 	return p, nil

@@ -333,10 +333,7 @@ func TestHTTP2ToUpstreamWhereOffered(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AddCert(h2.Certificate())
 	e.proxy.opts.UpstreamCAs = pool
-	tr, err := newTransport(e.proxy.guard, &upstreamTLS{extra: pool}, e.proxy.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTransport(e.proxy.guard, &upstreamTLS{extra: pool}, e.proxy.opts)
 	e.proxy.tr, e.proxy.gp.Tr = tr, tr
 	resp, body := get(t, e.client(nil), "GET", h2.URL+"/allowed", "")
 	if resp.StatusCode != 200 || body != "proto=HTTP/2.0" {

@@ -132,10 +132,7 @@ func rtBoth(t *testing.T, ut *upstreamTLS, u string) (trResp *http.Response, h1E
 	} else {
 		h1Err = err
 	}
-	tr, err := newTransport(rtGuard, ut, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTransport(rtGuard, ut, Options{})
 	defer tr.CloseIdleConnections()
 	req, _ = http.NewRequest("GET", u, nil)
 	resp, err := tr.RoundTrip(req)
@@ -242,8 +239,6 @@ func TestRTCertificateProperties(t *testing.T) {
 		_, evil, evilKey := c.leaf(t, nil, "evil.example")
 		sub := &rtCA{cert: evil, key: evilKey}
 		forged, _, _ := sub.leaf(t, nil, "127.0.0.1")
-		_, evilCert, _ := c.leaf(t, nil, "evil.example")
-		_ = evilCert
 		forged.Certificate = [][]byte{forged.Certificate[0], evil.Raw, c.cert.Raw}
 		addr := rtServeCert(t, "127.0.0.1:0", forged, nil)
 		rtExpect(t, "leaf signs leaf", ut, "https://"+addr+"/", false)

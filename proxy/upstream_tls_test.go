@@ -73,10 +73,7 @@ func TestUpstreamTLSChecksTheNameOfAnIPUpstream(t *testing.T) {
 		}
 		h1.CloseIdleConnections()
 
-		tr, err := newTransport(guard, ut, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		tr := newTransport(guard, ut, Options{})
 		req, _ := http.NewRequest("GET", url, nil)
 		resp, err := tr.RoundTrip(req)
 		if err == nil {
@@ -135,10 +132,7 @@ func TestWebSocketUpgradeToAnH2UpstreamGoesOverHTTP1(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AddCert(up.Certificate())
 	ut := &upstreamTLS{extra: pool}
-	tr, err := newTransport(e.proxy.guard, ut, e.proxy.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTransport(e.proxy.guard, ut, e.proxy.opts)
 	e.proxy.tr, e.proxy.gp.Tr, e.proxy.h1.tls = tr, tr, ut
 	c := e.client(nil)
 	// The upstream speaks h2 to a plain read, and keeps a connection for it.

@@ -120,7 +120,7 @@ func TestRTPoolEndingsNoDoublePut(t *testing.T) {
 			r.Read(nil)
 		}
 	}
-	for round := range 20 {
+	for range 20 {
 		// EOF, then more reads and Close, then more reads.
 		r := s.Reader(io.NopCloser(strings.NewReader("hello " + rtSecret + " bye")))
 		if got, err := io.ReadAll(r); err != nil || string(got) != "hello "+R+" bye" {
@@ -176,7 +176,6 @@ func TestRTPoolEndingsNoDoublePut(t *testing.T) {
 		r = s.Reader(pr2)
 		r.Close()
 		readAfter(r, 3)
-		_ = round
 	}
 	rtDrainPool(t, 64)
 }
