@@ -459,7 +459,9 @@ func TestRTDirectPathAfterLearningSwitchesCert(t *testing.T) {
 	for i := range 4 {
 		cl := e.client(nil)
 		resp, body := get(t, cl, "GET", "https://"+u.ln.Addr().String()+"/allowed/x", "")
-		t.Logf("read %d: %d %.80q (learned h1=%v)", i, resp.StatusCode, body, e.proxy.h1.speaksH1(mustReq(t, "https://"+u.ln.Addr().String()+"/")))
+		if i == 0 && (resp.StatusCode != 200 || !e.proxy.h1.speaksH1(mustReq(t, "https://"+u.ln.Addr().String()+"/"))) {
+			t.Fatalf("read 0: %d %q, and the upstream must now be one the direct path takes", resp.StatusCode, body)
+		}
 		if strings.Contains(body, "cert=BAD") {
 			t.Errorf("read %d: answered over a connection with the evil.example cert: %q", i, body)
 		}
