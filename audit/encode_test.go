@@ -14,7 +14,7 @@ import (
 func checkEventJSON(t *testing.T, ev Event) {
 	t.Helper()
 	want, werr := json.Marshal(ev)
-	got, gerr := appendEventJSON([]byte("prefix"), &ev)
+	got, gerr := appendEventJSON([]byte("prefix"), &ev, nil)
 	if (werr == nil) != (gerr == nil) {
 		t.Fatalf("encoding/json error %v, ours %v", werr, gerr)
 	}

@@ -29,6 +29,9 @@ func (s *Sink) syncInline() error {
 // flushBuffer writes the buffered events; those written leave the buffer.
 func (s *Sink) flushBuffer() error {
 	n, err := s.write(s.buf)
+	for _, b := range s.buf[:n] {
+		releaseBody(b)
+	}
 	clear(s.buf[:n])
 	s.buf = s.buf[n:]
 	if len(s.buf) == 0 {
@@ -51,7 +54,7 @@ func (s *Sink) write(bodies [][]byte) (int, error) {
 	}
 	done, queued := 0, 0
 	for _, body := range bodies {
-		flushed, err := s.put(func(dst []byte, seq uint64, prev string) []byte {
+		flushed, err := s.put(func(dst []byte, seq uint64, prev lineSum) []byte {
 			return appendLine(dst, seq, prev, body)
 		})
 		if flushed {
@@ -81,7 +84,7 @@ func (s *Sink) write(bodies [][]byte) (int, error) {
 // put queues the line that build makes for the chain's next position. When that line
 // would take the file past RotateBytes, what is queued is written first and the file
 // rotated (flushed reports that), and the line is built again for the new file.
-func (s *Sink) put(build func(dst []byte, seq uint64, prev string) []byte) (flushed bool, err error) {
+func (s *Sink) put(build func(dst []byte, seq uint64, prev lineSum) []byte) (flushed bool, err error) {
 	mark := len(s.line)
 	seq, prev := s.at.chain.next()
 	s.line = build(s.line, seq, prev)
@@ -97,13 +100,13 @@ func (s *Sink) put(build func(dst []byte, seq uint64, prev string) []byte) (flus
 		mark, flushed = 0, true
 		s.line = build(s.line[:0], seq, prev)
 	}
-	s.at.chain = chainState{seq: seq, hash: lineHash(s.line[mark:])}
+	s.at.chain = chainState{seq: seq, hash: sumLine(s.line[mark:])}
 	return flushed, nil
 }
 
 // putCheckpoint queues a periodic checkpoint signing the chain as it stands (see put).
 func (s *Sink) putCheckpoint() (bool, error) {
-	flushed, err := s.put(func(dst []byte, seq uint64, prev string) []byte {
+	flushed, err := s.put(func(dst []byte, seq uint64, prev lineSum) []byte {
 		return s.appendCheckpoint(dst, seq, prev, false)
 	})
 	if err == nil {
@@ -113,9 +116,10 @@ func (s *Sink) putCheckpoint() (bool, error) {
 }
 
 // appendCheckpoint appends a signed checkpoint line for chain position (seq, prev).
-func (s *Sink) appendCheckpoint(dst []byte, seq uint64, prev string, final bool) []byte {
-	c := checkpointLine{Seq: seq, Prev: prev, Kind: event.KindCheckpoint, V: checkpointVersion,
-		Time: time.Now().UTC().Format(time.RFC3339Nano), Hash: prev, KeyID: s.keyID, Final: final}
+func (s *Sink) appendCheckpoint(dst []byte, seq uint64, prev lineSum, final bool) []byte {
+	c := checkpointLine{Seq: seq, Prev: string(prev[:]), Kind: event.KindCheckpoint, V: checkpointVersion,
+		Time: time.Now().UTC().Format(time.RFC3339Nano), KeyID: s.keyID, Final: final}
+	c.Hash = c.Prev
 	c.Sig = signCheckpoint(s.key, c)
 	return append(dst, marshalCheckpoint(c)...)
 }
@@ -163,7 +167,7 @@ func (s *Sink) seal() error {
 	seq, prev := s.at.chain.next()
 	mark := len(s.line)
 	s.line = s.appendCheckpoint(s.line, seq, prev, true)
-	s.at = position{chain: chainState{seq: seq, hash: lineHash(s.line[mark:]), final: true}, lastCP: time.Now()}
+	s.at = position{chain: chainState{seq: seq, hash: sumLine(s.line[mark:]), final: true}, lastCP: time.Now()}
 	return s.flush()
 }
 
