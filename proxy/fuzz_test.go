@@ -110,6 +110,7 @@ func FuzzRemoveHopHeaders(f *testing.F) {
 	f.Add("Connection: Upgrade\r\nUpgrade: websocket\r\nKeep-Alive: 5\r\n")
 	f.Add("Upgrade: h2c\r\nProxy-Connection: keep-alive\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sig\r\n")
 	f.Add("Connection: close\r\nConnection: Authorization\r\nAuthorization: Bearer t\r\n")
+	f.Add("proxy-authenticate: Basic\r\nKEEP-ALIVE: 5\r\nte: trailers\r\nupgrade: h2c\r\n")
 	f.Fuzz(func(t *testing.T, block string) {
 		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET / HTTP/1.1\r\nHost: x\r\n" + block + "\r\n")))
 		if err != nil {

@@ -17,12 +17,17 @@ import (
 	"github.com/airlock-proxy/airlock/telemetry"
 )
 
-// hopHeaders are removed before a request goes upstream (RFC 9110 §7.6.1).
+// hopHeaders are removed before a request goes upstream (RFC 9110 §7.6.1). They are in
+// canonical form, as net/http keys a parsed header: removeHopHeaders deletes them from the
+// map directly, as Header.Del would after canonicalizing each (twice per request).
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding"}
 
 func removeHopHeaders(h http.Header) {
-	upgrade := h.Get("Upgrade")
-	for _, f := range h.Values("Connection") {
+	var upgrade string
+	if v := h["Upgrade"]; len(v) > 0 {
+		upgrade = v[0]
+	}
+	for _, f := range h["Connection"] {
 		for _, name := range strings.Split(f, ",") {
 			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "Upgrade") {
 				h.Del(name)
@@ -30,13 +35,13 @@ func removeHopHeaders(h http.Header) {
 		}
 	}
 	for _, k := range hopHeaders {
-		h.Del(k)
+		delete(h, k)
 	}
 	if upgrade != "" {
-		h.Set("Connection", "Upgrade")
-		h.Set("Upgrade", upgrade)
+		h["Connection"] = []string{"Upgrade"}
+		h["Upgrade"] = []string{upgrade}
 	} else {
-		h.Del("Upgrade")
+		delete(h, "Upgrade")
 	}
 }
 
