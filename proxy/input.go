@@ -17,6 +17,31 @@ var hiddenHeaders = map[string]bool{
 	"Proxy-Connection":    true,
 }
 
+// lowerHeader is a header name in lower case, as the policy input keys it, without
+// allocating for the names most requests carry (strings.ToLower allocates for every
+// canonical name, each request's every header).
+func lowerHeader(k string) string {
+	if l, ok := lowerNames[k]; ok {
+		return l
+	}
+	return strings.ToLower(k)
+}
+
+var lowerNames = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Baggage",
+		"Cache-Control", "Connection", "Content-Encoding", "Content-Length", "Content-Type", "Dnt", "Expect",
+		"Forwarded", "From", "Host", "If-Match", "If-Modified-Since", "If-None-Match", "If-Range",
+		"If-Unmodified-Since", "Keep-Alive", "Origin", "Pragma", "Priority", "Range", "Referer",
+		"Sec-Fetch-Dest", "Sec-Fetch-Mode", "Sec-Fetch-Site", "Sec-Websocket-Extensions", "Sec-Websocket-Key",
+		"Sec-Websocket-Protocol", "Sec-Websocket-Version", "Te", "Traceparent", "Tracestate", "Trailer",
+		"Transfer-Encoding", "Upgrade", "User-Agent", "Via", "X-Forwarded-For", "X-Forwarded-Host",
+		"X-Forwarded-Proto", "X-Request-Id", "X-Requested-With"} {
+		m[k] = strings.ToLower(k)
+	}
+	return m
+}()
+
 // target is a request's destination after normalisation: what the policy sees and what is
 // dialled.
 type target struct {
@@ -48,7 +73,7 @@ func requestInput(id identity.Identity, r *http.Request, t target) *rego.Input {
 			if hiddenHeaders[k] {
 				continue
 			}
-			headers[strings.ToLower(k)] = v
+			headers[lowerHeader(k)] = v
 		}
 	}
 	return &rego.Input{
