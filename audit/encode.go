@@ -36,10 +36,10 @@ func appendEventJSON(dst []byte, ev *Event, id *[16]byte) ([]byte, error) {
 	dst = appendJSONString(dst, string(ev.Kind))
 	dst = append(dst, `,"sandbox":`...)
 	dst = appendJSONString(dst, ev.SandboxID)
+	dst = optString(dst, `,"exec_id":`, ev.ExecID)
 	if len(ev.Labels) > 0 {
 		dst = appendLabelsJSON(append(dst, `,"labels":`...), ev.Labels)
 	}
-	dst = optString(dst, `,"exec_id":`, ev.ExecID)
 	dst = optStrings(dst, `,"command":`, ev.Command)
 	dst = optString(dst, `,"method":`, ev.Method)
 	dst = optString(dst, `,"scheme":`, ev.Scheme)
@@ -59,6 +59,7 @@ func appendEventJSON(dst []byte, ev *Event, id *[16]byte) ([]byte, error) {
 	dst = optInt(dst, `,"status":`, int64(ev.Status))
 	dst = optInt(dst, `,"bytes_in":`, ev.BytesIn)
 	dst = optInt(dst, `,"bytes_out":`, ev.BytesOut)
+	dst = optInt(dst, `,"redactions":`, ev.Redactions)
 	if f := ev.DurationMS; f != 0 {
 		if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) < 1e-6 || math.Abs(f) >= 1e21 {
 			return slow() // exponent form, or an error

@@ -2,8 +2,10 @@ package audit
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +35,8 @@ func TestEventJSONMatchesEncodingJSON(t *testing.T) {
 		checkEventJSON(t, Event{Time: time.Now(), ID: s, RequestID: s, Stage: Stage(s), Kind: event.Kind(s), SandboxID: s,
 			Labels: map[string]string{s: s, "b": "2", "a": s}, Method: s, Scheme: s, Host: s, Port: 443, Path: s, Query: s,
 			Phase: s, Decision: event.Decision(s), Rule: s, Reason: s, PolicyRev: s, Creds: []string{s, "x"}, ApprovalID: s, Approver: s,
-			Status: 200, BytesIn: -5, BytesOut: 1 << 40, DurationMS: 0.123, TraceID: s, SpanID: s, ErrorClass: s})
+			Status: 200, BytesIn: -5, BytesOut: 1 << 40, Redactions: 3, DurationMS: 0.123, TraceID: s, SpanID: s, ErrorClass: s,
+			ExecID: s, Command: []string{s, "-c"}, Suppressed: 9})
 	}
 	for _, ev := range []Event{
 		{},
@@ -48,6 +51,44 @@ func TestEventJSONMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// Every field of Event, set alone, is encoded as encoding/json encodes it (red team: the
+// hand-written encoder had left out "redactions", so the audit file said no credential
+// was ever scrubbed from a response while spans and the in-memory recorder said one was).
+func TestEveryEventFieldEncoded(t *testing.T) {
+	typ := reflect.TypeOf(Event{})
+	for i := range typ.NumField() {
+		ev := Event{Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), ID: "x"}
+		v := reflect.ValueOf(&ev).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString("v<\u2028\xff")
+		case reflect.Int, reflect.Int64:
+			v.SetInt(7)
+		case reflect.Float64:
+			v.SetFloat(1.5)
+		case reflect.Slice:
+			v.Set(reflect.ValueOf([]string{"a", "b"}))
+		case reflect.Map:
+			v.Set(reflect.ValueOf(map[string]string{"k": "v"}))
+		case reflect.Struct:
+			if v.Type() != reflect.TypeOf(time.Time{}) {
+				t.Fatalf("field %s: struct type %s not handled", typ.Field(i).Name, v.Type())
+			}
+			continue // Time is set on every event above
+		default:
+			t.Fatalf("field %s: kind %s not handled: give the test a value for it", typ.Field(i).Name, v.Kind())
+		}
+		want, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := appendEventJSON(nil, &ev, nil)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("field %s (err %v):\n got %s\nwant %s", typ.Field(i).Name, err, got, want)
+		}
+	}
+}
+
 // FuzzEventJSON holds the hand-written encoder to encoding/json, byte for byte.
 func FuzzEventJSON(f *testing.F) {
 	f.Add("sbx-1", "/path?<x>", "reason \u2028 \xff", "k", "v", int64(1764608400123456789), 0, 12.5, int64(7))
@@ -56,10 +97,40 @@ func FuzzEventJSON(f *testing.F) {
 		ev := Event{Time: time.Unix(0, nanos).In(time.FixedZone("z", zone)), ID: a, RequestID: b, Stage: Stage(c),
 			Kind: event.Kind(a), SandboxID: b, Labels: map[string]string{k: v, a: b}, Method: c, Host: a, Port: int(n), Path: b,
 			Query: c, Decision: event.Decision(a), Rule: b, Reason: c, Creds: []string{k, v}, Status: int(n), BytesIn: n, BytesOut: -n,
-			DurationMS: dur, TraceID: k, ErrorClass: v}
+			Redactions: n, DurationMS: dur, TraceID: k, SpanID: v, ErrorClass: v, ExecID: c, Command: []string{v, k},
+			PolicyRev: a, ApprovalID: b, Approver: c, Scheme: k, Phase: v, Suppressed: -n}
 		if k == "" {
-			ev.Labels, ev.Creds = nil, nil
+			ev.Labels, ev.Creds, ev.Command = nil, nil, nil
 		}
 		checkEventJSON(t, ev)
+	})
+}
+
+// A new record's id (appendEventJSON's id argument, on the fast path and the slow one) is
+// encoded as encoding/json encodes it in ID, and the event itself keeps its ID.
+func FuzzEventJSONWithID(f *testing.F) {
+	f.Add([]byte("0123456789abcdef"), "old-id", "p\"<>&\u2028\xff\x00", int64(1764608400123456789), 0, 1.5)
+	f.Add([]byte("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"), "", "", int64(-1<<62), 25*3600, 1e22)
+	f.Fuzz(func(t *testing.T, idb []byte, oldID, s string, nanos int64, zone int, dur float64) {
+		if len(idb) < 16 {
+			return
+		}
+		var id [16]byte
+		copy(id[:], idb)
+		ev := Event{Time: time.Unix(0, nanos).In(time.FixedZone("z", zone)), ID: oldID, Kind: event.Kind(s), SandboxID: s,
+			Path: s, Query: s, Reason: s, Labels: map[string]string{s: s}, Creds: []string{s}, DurationMS: dur}
+		cp := ev
+		cp.ID = hex.EncodeToString(id[:])
+		want, werr := json.Marshal(cp)
+		got, gerr := appendEventJSON([]byte("pre"), &ev, &id)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("encoding/json error %v, ours %v", werr, gerr)
+		}
+		if werr == nil && !bytes.Equal(got, append([]byte("pre"), want...)) {
+			t.Fatalf("encoded differently from encoding/json:\n got %s\nwant pre%s", got, want)
+		}
+		if ev.ID != oldID {
+			t.Fatalf("the event's ID changed to %q", ev.ID)
+		}
 	})
 }
