@@ -273,6 +273,14 @@ func (p *Proxy) handleRequest(r *http.Request, ctx *goproxy.ProxyCtx) (outReq *h
 		// does not apply there, so it is enforced here.
 		return refuse(headersTooLarge(p.opts.Limits.MaxHeaderBytes))
 	}
+	if inTunnel {
+		// Nor does its check of header names (http.ReadRequest keeps "Authorization :" as a
+		// header named "Authorization "): a name that is not a field name would reach the
+		// policy input under a name hiddenHeaders does not know (red team).
+		if f := badHeaderName(r.Header); f != nil {
+			return refuse(*f)
+		}
+	}
 	t, f := p.resolveTarget(r, tun)
 	st.ev.Scheme, st.ev.Host, st.ev.Port, st.ev.Path = t.scheme, t.host, t.port, t.path
 	if r.URL != nil && r.URL.RawQuery != "" {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/airlock-proxy/airlock/internal/event"
 	"github.com/airlock-proxy/airlock/internal/panicinfo"
 	"github.com/airlock-proxy/airlock/internal/redact"
@@ -153,6 +155,24 @@ func redactedURL(r *http.Request) string {
 func headersTooLarge(max int) refusal {
 	return refusal{status: http.StatusRequestHeaderFieldsTooLarge, decision: event.DecisionDeny, rule: "limits.header",
 		reason: "the request headers exceed the proxy's limit of " + strconv.Itoa(max) + " bytes", class: "limit"}
+}
+
+// badHeaderName refuses a request with a header name that is not an HTTP field name (a
+// token, RFC 9110 §5.1: no space before the colon, no control or separator bytes), as
+// net/http's server refuses one outside a tunnel; nil when every name is valid.
+//
+//go:noinline
+func badHeaderName(h http.Header) *refusal {
+	for k := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			if len(k) > 64 {
+				k = k[:64] + "..."
+			}
+			return &refusal{status: http.StatusBadRequest, decision: event.DecisionError, rule: "protocol", class: "bad_request",
+				reason: fmt.Sprintf("the header name %q is not a valid HTTP field name (RFC 9110 section 5.1: a token, no space before the colon)", k)}
+		}
+	}
+	return nil
 }
 
 // internalFailure answers a request whose handling failed inside airlock (a recovered
