@@ -1,10 +1,12 @@
 package audit
 
 import (
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,11 +58,7 @@ func (ev *Event) scrub() {
 	ev.Reason = bound(ev.Reason, MaxReasonBytes)
 	ev.Rule = bound(ev.Rule, MaxNameBytes)
 	if long(ev.Labels) {
-		l := make(map[string]string, len(ev.Labels))
-		for k, v := range ev.Labels {
-			l[bound(k, MaxNameBytes)] = bound(v, MaxNameBytes)
-		}
-		ev.Labels = l
+		ev.Labels = boundLabels(ev.Labels)
 	}
 	for i, c := range ev.Creds {
 		if len(c) > MaxNameBytes {
@@ -85,6 +83,25 @@ func long(m map[string]string) bool {
 		}
 	}
 	return false
+}
+
+// boundLabels is labels with every key and value bounded. Long keys that share their first
+// MaxNameBytes and their length would be cut to the same key, and all but one lost (red
+// team): the second and later of them, in key order, get " #2", " #3"... after the cut.
+// A cut key is longer than MaxNameBytes, so it cannot meet a key that was not cut.
+func boundLabels(labels map[string]string) map[string]string {
+	l := make(map[string]string, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		b := bound(k, MaxNameBytes)
+		for n := 2; ; n++ {
+			if _, taken := l[b]; !taken {
+				break
+			}
+			b = bound(k, MaxNameBytes) + " #" + strconv.Itoa(n)
+		}
+		l[b] = bound(labels[k], MaxNameBytes)
+	}
+	return l
 }
 
 // bound cuts s to at most n bytes at a character boundary and marks how much was cut.

@@ -1,7 +1,10 @@
 package audit
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +45,42 @@ func TestNewRequestEvent(t *testing.T) {
 	r.URL.Host, r.Host, r.URL.Path = "", "Git.Example:443", ""
 	if got := NewRequestEvent(r); got.Kind != "connect" || got.Host != "git.example" || got.Port != 443 {
 		t.Errorf("CONNECT: got %+v", got)
+	}
+}
+
+// Long label keys that are the same for their first MaxNameBytes (and in length) are cut
+// to the same key: every label still reaches the record, each under its own key, the same
+// way on every run (red team: one was lost, which one varied with map order).
+func TestLongLabelKeysKeepEveryLabel(t *testing.T) {
+	p := strings.Repeat("team-", 60)
+	ev := Event{ID: "x", Kind: "sandbox.exec", Labels: map[string]string{p + "a": "1", p + "b": "2", p + "c": "3", "short": "4"}}
+	var first string
+	for range 20 {
+		b, err := encodeRecord(&ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Event
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Labels) != 4 || got.Labels["short"] != "4" {
+			t.Fatalf("record keeps %d of 4 labels: %s", len(got.Labels), b)
+		}
+		values := map[string]bool{}
+		for k, v := range got.Labels {
+			if len(k) > MaxNameBytes+40 {
+				t.Errorf("label key of %d bytes, want it bounded", len(k))
+			}
+			values[v] = true
+		}
+		if len(values) != 4 {
+			t.Errorf("label values %v, want 1 to 4 each once", values)
+		}
+		if first == "" {
+			first = string(b[bytes.Index(b, []byte(`"labels"`)):])
+		} else if s := string(b[bytes.Index(b, []byte(`"labels"`)):]); s != first {
+			t.Fatalf("labels differ between runs:\n%s\n%s", first, s)
+		}
 	}
 }
