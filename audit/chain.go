@@ -117,8 +117,8 @@ var bodyPool, holderPool sync.Pool
 // reason reaches about 6 KiB; a larger one (a label-heavy record) is left to the collector.
 const maxPooledBody = 8 << 10
 
-// releaseBody gives a body's buffer back once nothing refers to it: its line is built
-// (the chain copied it into the sink's line buffer).
+// releaseBody gives a body's buffer back once its line is in the file: nothing reads the
+// body again (a body whose write failed stays in its batch or the failure buffer instead).
 func releaseBody(b []byte) {
 	if cap(b) == 0 || cap(b) > maxPooledBody {
 		return
