@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/airlock-proxy/airlock/audit"
 	"github.com/airlock-proxy/airlock/internal/event"
+	"github.com/airlock-proxy/airlock/secrets"
 )
 
 // teeAuditor records each event with two auditors (a recorder in memory and the file).
@@ -41,28 +43,7 @@ func TestAuditFileHoldsWhatTheProxyRecorded(t *testing.T) {
 	if err := sink.Close(); err != nil {
 		t.Fatal(err)
 	}
-	mem := re.audit.Events()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	var file []audit.Event
-	for sc.Scan() {
-		var ev audit.Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatal(err)
-		}
-		if ev.Kind == event.KindCheckpoint {
-			continue
-		}
-		file = append(file, ev)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
+	mem, file := re.audit.Events(), auditFileEvents(t, path)
 	if len(mem) == 0 || len(file) != len(mem) {
 		t.Fatalf("file has %d events, memory %d", len(file), len(mem))
 	}
@@ -84,4 +65,63 @@ func TestAuditFileHoldsWhatTheProxyRecorded(t *testing.T) {
 		}
 	}
 	t.Logf("%d events compared", len(mem))
+}
+
+// An upstream echoes the attached credential: the proxy redacts it and counts the
+// redaction on the completion record, and that count reaches the audit file itself (red
+// team: the file's encoder left "redactions" out, so the log said nothing was scrubbed).
+func TestRedactionsReachTheAuditFile(t *testing.T) {
+	re := newReflectEnv(t)
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	sink, err := audit.Open(audit.Options{Path: path, Fsync: audit.FsyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.proxy.opts.Auditor = sink
+	o := parse(re.exchange(t, re.bases["http"], "/echo/body", "", ""))
+	if o.status != 200 || !strings.Contains(o.body, secrets.Redaction) {
+		t.Fatalf("echo: got %d %q, want 200 and a redaction", o.status, o.body)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range auditFileEvents(t, path) {
+		if ev.Stage != audit.StageCompletion {
+			continue
+		}
+		found = true
+		if ev.Redactions != 1 {
+			t.Errorf("completion record has %d redactions, want 1: %+v", ev.Redactions, ev)
+		}
+	}
+	if !found {
+		t.Fatal("no completion record in the audit file")
+	}
+}
+
+// auditFileEvents is the events of an audit file, its checkpoints left out.
+func auditFileEvents(t *testing.T, path string) []audit.Event {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	var evs []audit.Event
+	for sc.Scan() {
+		var ev audit.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("audit line does not parse: %v: %.200s", err, sc.Text())
+		}
+		if ev.Kind != event.KindCheckpoint {
+			evs = append(evs, ev)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return evs
 }
