@@ -198,3 +198,88 @@ func (l *syncBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// flushLoop writes only completions that have waited the whole window: one queued a
+// moment ago is left for the next decision's write (its remaining wait returned), one that
+// has waited the window is taken with the writer role, and a writer at work or nothing
+// pending leaves flushLoop idle. (Red of an earlier flushLoop: its timer, armed for a
+// completion a decision had since taken, wrote the next completion alone, an extra
+// write(2) every other request under a steady single client.)
+func TestFlushLoopWritesOnlyCompletionsThatWaitedTheWindow(t *testing.T) {
+	s := openSink(t, Options{Path: filepath.Join(t.TempDir(), "a.jsonl"), Fsync: FsyncGroup})
+	stopFlushLoop(t, s)
+	queued := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.Cleanup(func() { // before Close (cleanups run last first), which waits for the writer role
+		s.mu.Lock()
+		s.writing, s.pending = false, nil
+		s.mu.Unlock()
+	})
+	s.pending = &batch{bodies: [][]byte{[]byte(`{}`)}, later: []int{0}, laterAt: queued}
+	s.flushing = true
+
+	b, next := s.flushDueLocked(queued.Add(CompletionWindow / 4))
+	if b != nil || next != CompletionWindow*3/4 || !s.flushing || s.writing {
+		t.Fatalf("a completion a quarter-window old: took %v, wait %s, flushing %v, writing %v; want left, wait 3/4 window, still scheduled",
+			b != nil, next, s.flushing, s.writing)
+	}
+	s.writing = true
+	if b, next := s.flushDueLocked(queued.Add(2 * CompletionWindow)); b != nil || next != 0 || s.flushing {
+		t.Fatalf("with a writer at work: took %v, wait %s, flushing %v; want nothing (its release hands pending on)", b != nil, next, s.flushing)
+	}
+	s.writing, s.flushing = false, true
+	pending := s.pending
+	if b, next := s.flushDueLocked(queued.Add(CompletionWindow)); b != pending || next != 0 || s.pending != nil || !s.writing || s.flushing {
+		t.Fatalf("a completion a window old: took %v, wait %s, pending %v, writing %v; want it taken with the writer role",
+			b == pending, next, s.pending != nil, s.writing)
+	}
+	s.writing, s.flushing = false, true
+	if b, next := s.flushDueLocked(queued.Add(2 * CompletionWindow)); b != nil || next != 0 || s.flushing {
+		t.Fatalf("nothing pending: took %v, wait %s, flushing %v; want idle", b != nil, next, s.flushing)
+	}
+}
+
+// stopFlushLoop ends s's background loops, so that a test can drive their decisions; the
+// sink is closed when the test ends (Close waits for loops already gone).
+func stopFlushLoop(t *testing.T, s *Sink) {
+	t.Helper()
+	close(s.stop)
+	s.wg.Wait()
+	s.stop = make(chan struct{})
+}
+
+// A single client's steady traffic (a decision, then its completion, the next decision
+// soon after) costs one write(2) per request: each completion goes with the next decision.
+func TestSteadyTrafficWritesOncePerRequest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.jsonl")
+	s := openSink(t, Options{Path: path, Fsync: FsyncNever})
+	ctx := context.Background()
+	const n = 200
+	for i := range n {
+		if err := s.Record(ctx, stagedEvent(2*i, StageDecision)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Record(ctx, stagedEvent(2*i+1, StageCompletion)); err != nil {
+			t.Fatal(err)
+		}
+		// A quarter of the window between requests, waited by spinning: a sleep that short
+		// overshoots by more than the window on a busy machine.
+		for start := time.Now(); time.Since(start) < CompletionWindow/4; {
+		}
+	}
+	s.mu.Lock()
+	for s.writing {
+		s.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		s.mu.Lock()
+	}
+	writes := s.writes
+	s.mu.Unlock()
+	// Every decision is one write; a completion written alone is one more. A request held
+	// up past the window (the test descheduled) lets flushLoop take one: allow a tenth.
+	t.Logf("%d requests, %d writes", n, writes)
+	if writes > n+n/10 {
+		t.Fatalf("%d requests took %d writes, want about one each (a flushLoop that writes the completions it finds: ~1.2)", n, writes)
+	}
+}

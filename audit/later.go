@@ -27,6 +27,9 @@ func (s *Sink) appendLater(body []byte) error {
 	if s.pending == nil {
 		s.pending = &batch{}
 	}
+	if len(s.pending.later) == 0 {
+		s.pending.laterAt = time.Now()
+	}
 	s.pending.later = append(s.pending.later, len(s.pending.bodies))
 	s.pending.bodies = append(s.pending.bodies, body)
 	s.scheduleFlushLocked()
@@ -47,7 +50,11 @@ func (s *Sink) scheduleFlushLocked() {
 }
 
 // flushLoop writes completion records left in pending when no request's decision record
-// came to take them within CompletionWindow.
+// came to take them within CompletionWindow. It writes only records that have waited the
+// whole window: when its timer finds younger ones (those it was woken for were taken by a
+// decision's write meanwhile, as they are under steady traffic), it waits out their
+// remainder instead of writing them alone, which had cost a write(2) every other request
+// at c=1 (1.4-1.6 audit writes per request instead of one).
 func (s *Sink) flushLoop() {
 	defer s.wg.Done()
 	t := time.NewTimer(CompletionWindow)
@@ -58,27 +65,44 @@ func (s *Sink) flushLoop() {
 			return // Close writes what is pending
 		case <-s.later:
 		}
-		t.Reset(CompletionWindow)
-		select {
-		case <-s.stop:
-			t.Stop()
-			return
-		case <-t.C:
+		for wait := CompletionWindow; wait > 0; {
+			t.Reset(wait)
+			select {
+			case <-s.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			s.mu.Lock()
+			b, next := s.flushDueLocked(time.Now())
+			s.mu.Unlock()
+			if b != nil {
+				s.commit(b)
+				s.mu.Lock()
+				s.settleLocked(b)
+				s.mu.Unlock()
+			}
+			wait = next
 		}
-		s.mu.Lock()
-		s.flushing = false
-		b := s.pending
-		if b == nil || s.writing {
-			s.mu.Unlock() // taken by a writer, or its release schedules this again
-			continue
-		}
-		s.pending, s.writing = nil, true
-		s.mu.Unlock()
-		s.commit(b)
-		s.mu.Lock()
-		s.settleLocked(b)
-		s.mu.Unlock()
 	}
+}
+
+// flushDueLocked decides, when flushLoop's timer fires at now, what it does: take pending
+// to write it (its oldest completion has waited CompletionWindow), wait longer (next > 0:
+// the oldest is younger), or neither (nothing pending, or a writer at work, whose release
+// hands pending on or schedules the flush again). Taking pending takes the writer role.
+func (s *Sink) flushDueLocked(now time.Time) (b *batch, next time.Duration) {
+	b = s.pending
+	if b == nil || s.writing || len(b.later) == 0 {
+		s.flushing = false
+		return nil, 0
+	}
+	if age := now.Sub(b.laterAt); age >= 0 && age < CompletionWindow {
+		return nil, CompletionWindow - age
+	}
+	s.flushing = false
+	s.pending, s.writing = nil, true
+	return b, 0
 }
 
 // reportLost logs the deferred completions of a committed batch that could not be

@@ -77,10 +77,11 @@ type position struct {
 // Its callers wait for done (closed once errs is set) or lead (the writer role handed to
 // one of them to write the batch), so that a write wakes only the callers it concerns.
 type batch struct {
-	bodies  [][]byte // encoded events, in queue order
-	errs    []error  // set by the writer, one per body
-	waiters int      // callers waiting for this batch's outcome (not deferred completions)
-	later   []int    // indexes of the deferred completions (appendLater), whose errors nobody reads
+	bodies  [][]byte  // encoded events, in queue order
+	errs    []error   // set by the writer, one per body
+	waiters int       // callers waiting for this batch's outcome (not deferred completions)
+	later   []int     // indexes of the deferred completions (appendLater), whose errors nobody reads
+	laterAt time.Time // when the first of them was queued
 	done    chan struct{}
 	lead    chan struct{}
 	// A caller that finds the file free and nothing queued writes its event alone, in a
