@@ -65,7 +65,20 @@ func (s *Sink) flushLoop() {
 			return // Close writes what is pending
 		case <-s.later:
 		}
-		for wait := CompletionWindow; wait > 0; {
+		for {
+			s.mu.Lock()
+			b, wait := s.flushDueLocked(time.Now())
+			s.mu.Unlock()
+			if b != nil {
+				s.commit(b)
+				s.mu.Lock()
+				s.settleLocked(b)
+				s.mu.Unlock()
+				break
+			}
+			if wait == 0 {
+				break
+			}
 			t.Reset(wait)
 			select {
 			case <-s.stop:
@@ -73,24 +86,15 @@ func (s *Sink) flushLoop() {
 				return
 			case <-t.C:
 			}
-			s.mu.Lock()
-			b, next := s.flushDueLocked(time.Now())
-			s.mu.Unlock()
-			if b != nil {
-				s.commit(b)
-				s.mu.Lock()
-				s.settleLocked(b)
-				s.mu.Unlock()
-			}
-			wait = next
 		}
 	}
 }
 
-// flushDueLocked decides, when flushLoop's timer fires at now, what it does: take pending
-// to write it (its oldest completion has waited CompletionWindow), wait longer (next > 0:
-// the oldest is younger), or neither (nothing pending, or a writer at work, whose release
-// hands pending on or schedules the flush again). Taking pending takes the writer role.
+// flushDueLocked decides what flushLoop does when woken or when its timer fires (at now):
+// take pending to write it (its oldest completion has waited CompletionWindow), wait the
+// rest of the window (next > 0: the oldest is younger), or neither (nothing pending, or a
+// writer at work, whose release hands pending on or schedules the flush again). Taking
+// pending takes the writer role.
 func (s *Sink) flushDueLocked(now time.Time) (b *batch, next time.Duration) {
 	b = s.pending
 	if b == nil || s.writing || len(b.later) == 0 {
