@@ -100,6 +100,15 @@ func BenchmarkRequest(b *testing.B) {
 	b.Run("airlock-http-audit-otel", func(b *testing.B) {
 		run(b, client(fullLn.Addr().String(), ""), "http://pypi.org:"+mustURL(up.URL).Port()+"/simple/")
 	})
+	for _, v := range []struct {
+		name                string
+		withAudit, withOTel bool
+	}{{"airlock-http-audit", true, false}, {"airlock-http-otel", false, true}} {
+		ln := benchProxyWith(b, eng, c, upCAs, v.withAudit, v.withOTel)
+		b.Run(v.name, func(b *testing.B) {
+			run(b, client(ln.Addr().String(), ""), "http://pypi.org:"+mustURL(up.URL).Port()+"/simple/")
+		})
+	}
 	b.Run("airlock-https-intercepted", func(b *testing.B) {
 		run(b, client(ln.Addr().String(), ""), "https://pypi.org:"+upTLSPort+"/simple/")
 	})
@@ -109,6 +118,13 @@ func BenchmarkRequest(b *testing.B) {
 // benchFullProxy starts a proxy like BenchmarkRequest's with an audit log in a temporary
 // directory and OTel telemetry, as airlock proxy runs by default.
 func benchFullProxy(b testing.TB, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPool) net.Listener {
+	b.Helper()
+	return benchProxyWith(b, eng, c, upCAs, true, true)
+}
+
+// benchProxyWith is benchFullProxy with the audit log and OTel each on or off, so that
+// BenchmarkRequest can say what each costs.
+func benchProxyWith(b testing.TB, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPool, withAudit, withOTel bool) net.Listener {
 	b.Helper()
 	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
 		b.Setenv(k, "")
@@ -130,9 +146,16 @@ func benchFullProxy(b testing.TB, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPo
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := New(Options{Decider: eng, CA: c, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+	opts := Options{Decider: eng, CA: c, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		UpstreamCAs: upCAs, Resolver: staticResolver{netip.MustParseAddr("127.0.0.1")},
-		Auditor: sink, Telemetry: &OTel{T: tel}, PolicyRevision: eng.Revision, Credentials: broker})
+		Auditor: sink, Telemetry: &OTel{T: tel}, PolicyRevision: eng.Revision, Credentials: broker}
+	if !withAudit {
+		opts.Auditor = nil
+	}
+	if !withOTel {
+		opts.Telemetry = nil
+	}
+	p, err := New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
