@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -94,7 +95,7 @@ func FuzzEventJSON(f *testing.F) {
 	f.Add("sbx-1", "/path?<x>", "reason \u2028 \xff", "k", "v", int64(1764608400123456789), 0, 12.5, int64(7))
 	f.Add("", "", "", "", "", int64(0), 1, 0.0, int64(0))
 	f.Fuzz(func(t *testing.T, a, b, c, k, v string, nanos int64, zone int, dur float64, n int64) {
-		ev := Event{Time: time.Unix(0, nanos).In(time.FixedZone("z", zone)), ID: a, RequestID: b, Stage: Stage(c),
+		ev := Event{Time: fuzzTime(nanos, zone), ID: a, RequestID: b, Stage: Stage(c),
 			Kind: event.Kind(a), SandboxID: b, Labels: map[string]string{k: v, a: b}, Method: c, Host: a, Port: int(n), Path: b,
 			Query: c, Decision: event.Decision(a), Rule: b, Reason: c, Creds: []string{k, v}, Status: int(n), BytesIn: n, BytesOut: -n,
 			Redactions: n, DurationMS: dur, TraceID: k, SpanID: v, ErrorClass: v, ExecID: c, Command: []string{v, k},
@@ -117,7 +118,7 @@ func FuzzEventJSONWithID(f *testing.F) {
 		}
 		var id [16]byte
 		copy(id[:], idb)
-		ev := Event{Time: time.Unix(0, nanos).In(time.FixedZone("z", zone)), ID: oldID, Kind: event.Kind(s), SandboxID: s,
+		ev := Event{Time: fuzzTime(nanos, zone), ID: oldID, Kind: event.Kind(s), SandboxID: s,
 			Path: s, Query: s, Reason: s, Labels: map[string]string{s: s}, Creds: []string{s}, DurationMS: dur}
 		cp := ev
 		cp.ID = hex.EncodeToString(id[:])
@@ -133,4 +134,49 @@ func FuzzEventJSONWithID(f *testing.F) {
 			t.Fatalf("the event's ID changed to %q", ev.ID)
 		}
 	})
+}
+
+// fuzzTime is a fuzzer's time: in UTC (the sink's own stamp, encoded by appendUTC) when
+// zone is 0, else in a fixed zone of that offset.
+func fuzzTime(nanos int64, zone int) time.Time {
+	if zone == 0 {
+		return time.Unix(0, nanos).UTC()
+	}
+	return time.Unix(0, nanos).In(time.FixedZone("z", zone))
+}
+
+// appendUTC writes a UTC time as time's RFC3339Nano layout does, for times across the
+// whole range (trailing zeros of the fraction dropped, no fraction when it is zero), and
+// refuses the years encoding/json refuses.
+func TestAppendUTCMatchesRFC3339Nano(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	times := []time.Time{time.Unix(0, 0).UTC(), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 7, 20, 0, 0, 100, time.UTC),
+		time.Date(2026, 2, 28, 1, 2, 3, 120000000, time.UTC), time.Date(2024, 2, 29, 0, 0, 0, 1, time.UTC)}
+	for range 100000 {
+		sec := rng.Int64N(253402300800+62167219200) - 62167219200 // years 0 to 9999
+		ns := rng.Int64N(1e9)
+		switch rng.IntN(3) {
+		case 0:
+			ns -= ns % 1000000
+		case 1:
+			ns = 0
+		}
+		times = append(times, time.Unix(sec, ns).UTC())
+	}
+	for _, tm := range times {
+		got, ok := appendUTC([]byte("x"), tm)
+		if want := tm.AppendFormat([]byte("x"), time.RFC3339Nano); !ok || !bytes.Equal(got, want) {
+			t.Fatalf("appendUTC(%v) = %q, %v; want %q", tm, got, ok, want)
+		}
+	}
+	for _, tm := range []time.Time{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 23, 59, 59, 0, time.UTC)} {
+		if got, ok := appendUTC([]byte("x"), tm); ok || string(got) != "x" {
+			t.Errorf("appendUTC(%v) = %q, %v; want refused with nothing appended", tm, got, ok)
+		}
+		ev := Event{Time: tm, Kind: "request"}
+		if _, err := appendEventJSON(nil, &ev, nil); err == nil {
+			t.Errorf("an event at %v encoded; encoding/json refuses it", tm)
+		}
+	}
 }
