@@ -251,15 +251,24 @@ func stopFlushLoop(t *testing.T, s *Sink) {
 
 // A single client's steady traffic (a decision, then its completion, the next decision
 // soon after) costs one write(2) per request: each completion goes with the next decision.
+// A completion may go alone only when the next decision came a window or more after it
+// (the test descheduled on a loaded machine): those gaps, and the last completion, are
+// counted and allowed, one write each (red team: a fixed allowance flaked under load).
 func TestSteadyTrafficWritesOncePerRequest(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.jsonl")
 	s := openSink(t, Options{Path: path, Fsync: FsyncNever})
 	ctx := context.Background()
 	const n = 200
+	allowed := 1 // the last completion, written by flushLoop
+	var completed time.Time
 	for i := range n {
 		if err := s.Record(ctx, stagedEvent(2*i, StageDecision)); err != nil {
 			t.Fatal(err)
 		}
+		if i > 0 && time.Since(completed) >= CompletionWindow {
+			allowed++
+		}
+		completed = time.Now()
 		if err := s.Record(ctx, stagedEvent(2*i+1, StageCompletion)); err != nil {
 			t.Fatal(err)
 		}
@@ -268,18 +277,25 @@ func TestSteadyTrafficWritesOncePerRequest(t *testing.T) {
 		for start := time.Now(); time.Since(start) < CompletionWindow/4; {
 		}
 	}
-	s.mu.Lock()
-	for s.writing {
-		s.mu.Unlock()
-		time.Sleep(time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
 		s.mu.Lock()
-	}
-	writes := s.writes
-	s.mu.Unlock()
-	// Every decision is one write; a completion written alone is one more. A request held
-	// up past the window (the test descheduled) lets flushLoop take one: allow a tenth.
-	t.Logf("%d requests, %d writes", n, writes)
-	if writes > n+n/10 {
-		t.Fatalf("%d requests took %d writes, want about one each (a flushLoop that writes the completions it finds: ~1.2)", n, writes)
+		idle, writes := !s.writing && s.pending == nil, 0
+		if idle { // writes belongs to the writer role, released under the lock
+			writes = s.writes
+		}
+		s.mu.Unlock()
+		if idle {
+			t.Logf("%d requests, %d writes, %d allowed beyond one each", n, writes, allowed)
+			if writes > n+allowed {
+				t.Fatalf("%d requests took %d writes, more than one each and one per gap of a window (%d); a flushLoop that writes the completions it finds takes ~1.2 each",
+					n, writes, allowed)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sink did not write what was pending within 5s")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

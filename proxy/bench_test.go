@@ -126,19 +126,6 @@ func benchFullProxy(b testing.TB, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPo
 // BenchmarkRequest can say what each costs.
 func benchProxyWith(b testing.TB, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPool, withAudit, withOTel bool) net.Listener {
 	b.Helper()
-	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		b.Setenv(k, "")
-	}
-	tel, err := telemetry.Setup(context.Background(), telemetry.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { tel.Shutdown(context.Background()) })
-	sink, err := audit.Open(audit.Options{Path: filepath.Join(b.TempDir(), "audit.jsonl")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { sink.Close() })
 	b.Setenv("AIRLOCK_BENCH_TOKEN", "bench-token-value")
 	broker, err := secrets.New(context.Background(), secrets.Options{Credentials: map[string]secrets.CredentialConfig{
 		"bench-token": {Env: "AIRLOCK_BENCH_TOKEN", Inject: secrets.Inject{Header: "Authorization", Value: "Bearer {{ .value }}"}},
@@ -148,12 +135,25 @@ func benchProxyWith(b testing.TB, eng *rego.Engine, c *ca.CA, upCAs *x509.CertPo
 	}
 	opts := Options{Decider: eng, CA: c, AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		UpstreamCAs: upCAs, Resolver: staticResolver{netip.MustParseAddr("127.0.0.1")},
-		Auditor: sink, Telemetry: &OTel{T: tel}, PolicyRevision: eng.Revision, Credentials: broker}
-	if !withAudit {
-		opts.Auditor = nil
+		PolicyRevision: eng.Revision, Credentials: broker}
+	if withOTel {
+		for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+			b.Setenv(k, "")
+		}
+		tel, err := telemetry.Setup(context.Background(), telemetry.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { tel.Shutdown(context.Background()) })
+		opts.Telemetry = &OTel{T: tel}
 	}
-	if !withOTel {
-		opts.Telemetry = nil
+	if withAudit {
+		sink, err := audit.Open(audit.Options{Path: filepath.Join(b.TempDir(), "audit.jsonl")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { sink.Close() })
+		opts.Auditor = sink
 	}
 	p, err := New(opts)
 	if err != nil {
