@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -297,5 +298,50 @@ func TestSteadyTrafficWritesOncePerRequest(t *testing.T) {
 			t.Fatal("the sink did not write what was pending within 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// flushDueLocked's contract over random states (red team's): never a batch and a wait
+// together; a wait within the window, with the flush still scheduled and nothing changed;
+// a batch only when due and no writer is at work, taken with the writer role; and never
+// idle while a completion waits with no writer to take it.
+func TestFlushDueContract(t *testing.T) {
+	s := openSink(t, Options{Path: filepath.Join(t.TempDir(), "a.jsonl"), Fsync: FsyncNever})
+	stopFlushLoop(t, s)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.Cleanup(func() {
+		s.mu.Lock()
+		s.writing, s.pending = false, nil
+		s.mu.Unlock()
+	})
+	base := time.Now()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 100000 {
+		var p *batch
+		if rng.IntN(5) > 0 {
+			p = &batch{bodies: [][]byte{[]byte(`{}`)}, laterAt: base}
+			if rng.IntN(5) > 0 {
+				p.later = []int{0}
+			}
+		}
+		writing := rng.IntN(3) == 0
+		s.pending, s.writing, s.flushing = p, writing, true
+		age := time.Duration(rng.Int64N(int64(3 * CompletionWindow)))
+		b, next := s.flushDueLocked(base.Add(age))
+		switch {
+		case b != nil && next != 0:
+			t.Fatalf("age %s: a batch and a wait", age)
+		case next < 0 || next > CompletionWindow:
+			t.Fatalf("age %s: wait %s", age, next)
+		case b != nil && (b != p || writing || !s.writing || s.pending != nil || s.flushing || age < CompletionWindow):
+			t.Fatalf("age %s, writer at work %v: took the batch wrongly", age, writing)
+		case b == nil && next > 0 && (!s.flushing || s.pending != p || s.writing != writing):
+			t.Fatalf("age %s: waits without staying scheduled, or changed the state", age)
+		case b == nil && next == 0 && (s.flushing || s.pending != p || s.writing != writing):
+			t.Fatalf("age %s: idle but still scheduled, or changed the state", age)
+		case b == nil && next == 0 && p != nil && len(p.later) > 0 && !writing:
+			t.Fatalf("age %s: idle while a completion waits with no writer", age)
+		}
 	}
 }
