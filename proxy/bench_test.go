@@ -76,7 +76,6 @@ func BenchmarkRequest(b *testing.B) {
 		}
 		return &http.Client{Transport: tr}
 	}
-	upHost := mustURL(up.URL).Host
 	upTLSPort := mustURL(upTLS.URL).Port()
 	run := func(b *testing.B, c *http.Client, u string) {
 		b.ReportAllocs()
@@ -112,7 +111,6 @@ func BenchmarkRequest(b *testing.B) {
 	b.Run("airlock-https-intercepted", func(b *testing.B) {
 		run(b, client(ln.Addr().String(), ""), "https://pypi.org:"+upTLSPort+"/simple/")
 	})
-	_ = upHost
 }
 
 // benchFullProxy starts a proxy like BenchmarkRequest's with an audit log in a temporary
