@@ -24,7 +24,14 @@ type cgroups struct {
 	v1      map[string]string // controller → this sandbox's v1 directory
 	unified string            // this sandbox's v2 directory, "" without v2
 	v2      map[string]bool   // controllers enabled for this sandbox in v2
+	// ownPids is how many of the pids group's processes are airlock's own rather than a
+	// command's: the holder, when it joins the v1 groups (holderJoinsV1).
+	ownPids int64
 }
+
+// holderPids is what a root sandbox's v1 pids group holds besides its commands'
+// processes: the holder, which joins the v1 groups so that each command is born in them.
+const holderPids = 1
 
 type hierarchy struct {
 	root    string          // the cgroup mount root, e.g. /sys/fs/cgroup
@@ -130,7 +137,10 @@ func (cg *cgroups) limit(o sandbox.Options) error {
 		}
 		return nil
 	}
-	if err := set("pids", "pids.max", "pids.max", strconv.FormatInt(o.Pids, 10)); err != nil {
+	if dir, v2 := cg.dir("pids"); dir != "" && !v2 && cg.holderJoinsV1() {
+		cg.ownPids = holderPids
+	}
+	if err := set("pids", "pids.max", "pids.max", strconv.FormatInt(o.Pids+cg.ownPids, 10)); err != nil {
 		return err
 	}
 	if o.Memory > 0 {
@@ -167,7 +177,19 @@ func (cg *cgroups) limit(o sandbox.Options) error {
 	return nil
 }
 
-// procsFiles opens the v1 cgroup.procs files a run's first process is written to.
+// holderJoinsV1 reports whether the sandbox has v1 groups, which its holder joins.
+//
+// Moving a process between cgroups takes the kernel's cgroup_threadgroup_rwsem for writing,
+// and the first writer after a quiet spell waits for an RCU grace period (10-14 ms measured
+// on these hosts: docs/performance.md). A v1 host has no CLONE_INTO_CGROUP, so the holder
+// is moved once, while it sets up the sandbox (joinV1), and each command's process is then
+// born in the groups instead of being moved into them on the run's critical path.
+//
+// The Go holder of a binary built without cgo has threads, which would count against the
+// pids limit: its commands' first processes are moved into the groups instead (procsFiles).
+func (cg *cgroups) holderJoinsV1() bool { return cHolder && len(cg.v1) > 0 }
+
+// procsFiles opens the v1 cgroup.procs files the Go holder writes each run's first process to.
 func (cg *cgroups) procsFiles() ([]*os.File, error) {
 	var files []*os.File
 	for _, dir := range cg.v1 {
@@ -179,6 +201,22 @@ func (cg *cgroups) procsFiles() ([]*os.File, error) {
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// joinV1 moves pid into each of the sandbox's v1 groups.
+func (cg *cgroups) joinV1(pid int) error {
+	b := []byte(strconv.Itoa(pid))
+	for _, dir := range cg.v1 {
+		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+		if err == nil {
+			_, err = f.Write(b)
+			f.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("join cgroup %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // runGroup creates the v2 child group of one run; "" without v2.
@@ -236,12 +274,13 @@ func (cg *cgroups) peakMemory() int64 {
 	}
 }
 
+// peakPids is the pids group's peak, less airlock's own processes in it.
 func (cg *cgroups) peakPids() int64 {
 	dir, _ := cg.dir("pids")
 	if dir == "" {
 		return 0
 	}
-	return readInt(filepath.Join(dir, "pids.peak"))
+	return max(readInt(filepath.Join(dir, "pids.peak"))-cg.ownPids, 0)
 }
 
 func (cg *cgroups) oomKills() int64 {

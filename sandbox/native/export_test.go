@@ -15,3 +15,18 @@ const StageExecForTest = stageExec
 
 // CStages reports whether the stages are C code (a cgo build), with no Go exec stage.
 const CStages = cHolder
+
+// HolderPID is a native sandbox's holder's pid; 0 for another backend's.
+func HolderPID(s *sandbox.Sandbox) int {
+	if n, ok := s.Instance().(*nativeInstance); ok {
+		return n.holderPID
+	}
+	return 0
+}
+
+// FailJoinForTest makes s's holder look as if it could not join the sandbox's v1 groups.
+func FailJoinForTest(s *sandbox.Sandbox, err error) {
+	n := s.Instance().(*nativeInstance)
+	<-n.joined
+	n.joinErr = err
+}

@@ -100,6 +100,9 @@ type nativeInstance struct {
 	changes    []sandbox.Change
 	changesErr error
 	waitErr    chan error
+
+	joined  chan struct{} // closed once the holder is in the sandbox's v1 groups (or could not be)
+	joinErr error         // why it could not, read after joined is closed
 }
 
 // Create builds and starts a native sandbox.
@@ -264,13 +267,15 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 		cfg.IdmapFD = 3 + len(extra)
 		extra = append(extra, nsFile)
 	}
-	procs, err := in.cg.procsFiles()
-	if err != nil {
-		return err
-	}
-	for _, f := range procs {
-		setup.CgroupFDs = append(setup.CgroupFDs, 3+len(extra))
-		extra = append(extra, f)
+	if !in.cg.holderJoinsV1() {
+		procs, err := in.cg.procsFiles()
+		if err != nil {
+			return err
+		}
+		for _, f := range procs {
+			setup.CgroupFDs = append(setup.CgroupFDs, 3+len(extra))
+			extra = append(extra, f)
+		}
 	}
 	if setup.Ops, err = planRoot(cfg); err != nil {
 		return err
@@ -306,6 +311,16 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	in.waitErr = make(chan error, 1)
 	go func(c *exec.Cmd) { in.waitErr <- c.Wait() }(in.holder)
 	in.holderPID = in.holder.Process.Pid
+	in.joined = make(chan struct{})
+	if in.cg.holderJoinsV1() {
+		// Meanwhile the holder sets the sandbox up; run waits for this before any command.
+		go func(pid int) {
+			defer close(in.joined)
+			in.joinErr = in.cg.joinV1(pid)
+		}(in.holderPID)
+	} else {
+		close(in.joined)
+	}
 	if in.rootless {
 		closeFiles(extra) // a stage that fails closes the control socket's last other end
 		extra = nil

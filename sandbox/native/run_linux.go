@@ -41,6 +41,15 @@ func (in *nativeInstance) Run(ctx context.Context, cmd sandbox.Command) (sandbox
 }
 
 func (in *nativeInstance) run(ctx context.Context, cmd sandbox.Command, n int) (sandbox.Result, error) {
+	// No command starts outside the sandbox's groups: it is born in the holder's.
+	select {
+	case <-in.joined:
+		if in.joinErr != nil {
+			return sandbox.Result{}, fmt.Errorf("start command: %w", in.joinErr)
+		}
+	case <-ctx.Done():
+		return sandbox.Result{}, ctx.Err()
+	}
 	runDir, err := in.cg.runGroup(n)
 	if err != nil {
 		return sandbox.Result{}, err
@@ -69,14 +78,14 @@ func (in *nativeInstance) run(ctx context.Context, cmd sandbox.Command, n int) (
 	files := []*os.File{connChild, st.stdinR, st.stdoutW, st.stderrW}
 	req := runRequest{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Writable: in.writable(), TTY: cmd.TTY != nil}
 	if runDir != "" {
-		procs, err := os.OpenFile(filepath.Join(runDir, "cgroup.procs"), os.O_WRONLY, 0)
+		group, err := os.OpenFile(runDir, unix.O_PATH|unix.O_DIRECTORY, 0)
 		if err != nil {
 			connChild.Close()
 			return sandbox.Result{}, fmt.Errorf("open run cgroup: %w", err)
 		}
-		defer procs.Close()
-		req.CgroupProcs = true
-		files = append(files, procs)
+		defer group.Close()
+		req.RunGroup = true
+		files = append(files, group)
 	}
 	fds := make([]int, len(files))
 	for i, f := range files {

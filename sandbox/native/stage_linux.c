@@ -12,7 +12,8 @@
 // control socket (descriptor 3) from one poll loop: each command starts in a child cloned
 // into a fresh user and PID namespace (by a short-lived spawner that has taken the
 // sandbox's host uid, so that the namespace is the sandbox's own: see sandbox/usercounts.go), which
-// waits until the holder has mapped its ids and placed it in its cgroups, sets its
+// waits until the holder has mapped its ids (and placed it in the v1 cgroups it was given;
+// otherwise it is born in them and in its run's v2 group: fork_into), sets its
 // namespace's maxima, then drops every privilege, applies Landlock and seccomp, forks the
 // command and stays as that namespace's init (be_init). The holder exits when the
 // parent closes the control socket (or dies: Pdeathsig), and the kernel then kills
@@ -594,7 +595,7 @@ notfound:;
 
 struct runreq {
 	const char *dir;
-	int cgroup_procs;
+	int run_group; // descriptor 4 is the run's v2 group (a directory), which it starts in
 	int tty; // stdin is a terminal the command takes as its controlling terminal
 	char **args;
 	char **writable;
@@ -721,7 +722,7 @@ static int parse_run(struct msg *m, struct runreq *r) {
 	m->f = f;
 	f[m->n] = NULL;
 	r->dir = f[1];
-	r->cgroup_procs = !strcmp(f[2], "1");
+	r->run_group = !strcmp(f[2], "1");
 	r->tty = !strcmp(f[3], "1");
 	r->args = malloc((nargs + 1) * sizeof(char *));
 	if (!r->args)
@@ -732,6 +733,28 @@ static int parse_run(struct msg *m, struct runreq *r) {
 	r->nwritable = nw;
 	r->env = &f[i + 1 + nw];
 	return 0;
+}
+
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+struct al_clone_args {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+
+// fork_into forks, the child born in the v2 cgroup dirfd too (-1: in the holder's groups
+// alone). Moving a process into a cgroup takes the kernel's cgroup_threadgroup_rwsem for
+// writing, which waits for an RCU grace period (10-18 ms measured here) unless another move
+// happened just before; a process cloned into its group (CLONE_INTO_CGROUP) is not moved.
+static pid_t fork_into(int dirfd) {
+	if (dirfd < 0)
+		return fork();
+	struct al_clone_args a = {.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)dirfd};
+	return (pid_t)syscall(SYS_clone3, &a, sizeof a);
 }
 
 // spawn starts a run's first process, in a fresh user and PID namespace, as a child of
@@ -747,7 +770,7 @@ static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds) {
 	int rep[2];
 	if (pipe2(rep, O_CLOEXEC) < 0)
 		return -errno;
-	pid_t sp = fork();
+	pid_t sp = fork_into(r->run_group ? fds[4] : -1);
 	if (sp < 0) {
 		int e = errno;
 		close(rep[0]);
@@ -787,7 +810,7 @@ static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds) {
 
 static void start_run(struct msg *m, int *fds, int nfds) {
 	struct runreq r = {0};
-	int ok = parse_run(m, &r) == 0 && nfds == (r.cgroup_procs ? 5 : 4);
+	int ok = parse_run(m, &r) == 0 && nfds == (r.run_group ? 5 : 4);
 	if (!ok) {
 		if (nfds > 0)
 			send_error(fds[0], 1, "malformed run request", 0);
@@ -821,9 +844,8 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		fail = "map group ids";
 	char num[32];
 	int l = snprintf(num, sizeof num, "%d", pid);
-	for (int i = 0; !fail && i < sb.ncgroup + r.cgroup_procs; i++) {
-		int fd = i < sb.ncgroup ? sb.cgroup_fds[i] : fds[4];
-		if (pwrite(fd, num, l, 0) < 0)
+	for (int i = 0; !fail && i < sb.ncgroup; i++) {
+		if (pwrite(sb.cgroup_fds[i], num, l, 0) < 0)
 			fail = "join cgroup";
 	}
 	if (fail) {
