@@ -109,3 +109,55 @@ func TestNoCommandStartsOutsideItsGroups(t *testing.T) {
 		}
 	}
 }
+
+func TestV1PathReadsAControllersGroup(t *testing.T) {
+	listing := "12:pids:/user.slice/u1\n4:cpu,cpuacct:/a/b\n1:name=systemd:/x\n0::/y\n"
+	for _, c := range []struct {
+		controller, want string
+		ok               bool
+	}{
+		{"pids", "/user.slice/u1", true},
+		{"cpu", "/a/b", true},
+		{"cpuacct", "/a/b", true},
+		{"memory", "", false},
+		{"systemd", "", false},
+		{"", "", false},
+	} {
+		got, ok := native.V1PathForTest(listing, c.controller)
+		if got != c.want || ok != c.ok {
+			t.Errorf("v1Path(%q) = %q, %v; want %q, %v", c.controller, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// The join's warming moves airlock into the groups it is already in: never into a
+// sandbox's, whose limits it would then share.
+func TestAirlockStaysInItsOwnGroups(t *testing.T) {
+	before, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		s := newSandbox(t, sandbox.Options{})
+		run(t, s, "true")
+		after, _ := os.ReadFile("/proc/self/cgroup")
+		if string(after) != string(before) {
+			t.Fatalf("airlock's groups changed when a sandbox was made:\nbefore\n%s\nafter\n%s", before, after)
+		}
+	}
+}
+
+// A Create that fails before its holder starts ends the join's warming, which then says
+// why no holder joined.
+func TestJoinEndsWithoutAHolder(t *testing.T) {
+	done := make(chan error, 1)
+	go func() { done <- native.JoinWithoutHolderForTest(t.TempDir()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "no holder") {
+			t.Errorf("join without a holder: %v, want a no-holder error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the join kept waiting for a holder that never started")
+	}
+}

@@ -177,18 +177,6 @@ func (cg *cgroups) limit(o sandbox.Options) error {
 	return nil
 }
 
-// holderJoinsV1 reports whether the sandbox has v1 groups, which its holder joins.
-//
-// Moving a process between cgroups takes the kernel's cgroup_threadgroup_rwsem for writing,
-// and the first writer after a quiet spell waits for an RCU grace period (10-14 ms measured
-// on these hosts: docs/performance.md). A v1 host has no CLONE_INTO_CGROUP, so the holder
-// is moved once, while it sets up the sandbox (joinV1), and each command's process is then
-// born in the groups instead of being moved into them on the run's critical path.
-//
-// The Go holder of a binary built without cgo has threads, which would count against the
-// pids limit: its commands' first processes are moved into the groups instead (procsFiles).
-func (cg *cgroups) holderJoinsV1() bool { return cHolder && len(cg.v1) > 0 }
-
 // procsFiles opens the v1 cgroup.procs files the Go holder writes each run's first process to.
 func (cg *cgroups) procsFiles() ([]*os.File, error) {
 	var files []*os.File
@@ -201,22 +189,6 @@ func (cg *cgroups) procsFiles() ([]*os.File, error) {
 		files = append(files, f)
 	}
 	return files, nil
-}
-
-// joinV1 moves pid into each of the sandbox's v1 groups.
-func (cg *cgroups) joinV1(pid int) error {
-	b := []byte(strconv.Itoa(pid))
-	for _, dir := range cg.v1 {
-		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
-		if err == nil {
-			_, err = f.Write(b)
-			f.Close()
-		}
-		if err != nil {
-			return fmt.Errorf("join cgroup %s: %w", dir, err)
-		}
-	}
-	return nil
 }
 
 // runGroup creates the v2 child group of one run; "" without v2.

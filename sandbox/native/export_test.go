@@ -1,6 +1,11 @@
 package native
 
-import "github.com/airlock-proxy/airlock/sandbox"
+import (
+	"context"
+	"time"
+
+	"github.com/airlock-proxy/airlock/sandbox"
+)
 
 // NetNSInode exposes a native sandbox's network namespace inode to the external tests.
 func NetNSInode(s *sandbox.Sandbox) uint64 {
@@ -27,6 +32,22 @@ func HolderPID(s *sandbox.Sandbox) int {
 // FailJoinForTest makes s's holder look as if it could not join the sandbox's v1 groups.
 func FailJoinForTest(s *sandbox.Sandbox, err error) {
 	n := s.Instance().(*nativeInstance)
-	<-n.joined
-	n.joinErr = err
+	if n.join == nil {
+		n.join = &holderJoin{pid: make(chan int), done: make(chan struct{})}
+		close(n.join.done)
+	}
+	<-n.join.done
+	n.join.err = err
+}
+
+// V1PathForTest is v1Path.
+var V1PathForTest = v1Path
+
+// JoinWithoutHolderForTest starts a holder's join into a v1 group at dir and ends it
+// before any holder starts (a Create that failed first), returning the join's error.
+func JoinWithoutHolderForTest(dir string) error {
+	j := (&cgroups{v1: map[string]string{"pids": dir}}).startJoin()
+	time.Sleep(3 * warmEvery) // a few rounds of warming
+	j.end()
+	return j.wait(context.Background())
 }

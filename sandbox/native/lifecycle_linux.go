@@ -57,9 +57,7 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 		in.ctrl = nil
 	}
 	in.ctrlMu.Unlock()
-	if in.joined != nil {
-		<-in.joined // a write to cgroup.procs, bounded: before the groups go
-	}
+	in.join.end() // before the groups go
 	var cgErr error
 	if in.cg != nil {
 		cgErr = in.cg.remove()

@@ -101,8 +101,7 @@ type nativeInstance struct {
 	changesErr error
 	waitErr    chan error
 
-	joined  chan struct{} // closed once the holder is in the sandbox's v1 groups (or could not be)
-	joinErr error         // why it could not, read after joined is closed
+	join *holderJoin // the holder's move into the v1 groups; nil without one
 }
 
 // Create builds and starts a native sandbox.
@@ -166,6 +165,9 @@ func (n *Native) Create(ctx context.Context, o sandbox.Options) (inst sandbox.In
 		}
 		if in.cg, err = newCgroups(n.cgroupRoot(), o.ID, o); err != nil {
 			return nil, err
+		}
+		if in.cg.holderJoinsV1() {
+			in.join = in.cg.startJoin()
 		}
 	}
 	if err := in.startHolder(ctx); err != nil {
@@ -311,15 +313,8 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 	in.waitErr = make(chan error, 1)
 	go func(c *exec.Cmd) { in.waitErr <- c.Wait() }(in.holder)
 	in.holderPID = in.holder.Process.Pid
-	in.joined = make(chan struct{})
-	if in.cg.holderJoinsV1() {
-		// Meanwhile the holder sets the sandbox up; run waits for this before any command.
-		go func(pid int) {
-			defer close(in.joined)
-			in.joinErr = in.cg.joinV1(pid)
-		}(in.holderPID)
-	} else {
-		close(in.joined)
+	if in.join != nil {
+		in.join.started(in.holderPID) // moved while it sets the sandbox up; run waits for it
 	}
 	if in.rootless {
 		closeFiles(extra) // a stage that fails closes the control socket's last other end

@@ -42,13 +42,8 @@ func (in *nativeInstance) Run(ctx context.Context, cmd sandbox.Command) (sandbox
 
 func (in *nativeInstance) run(ctx context.Context, cmd sandbox.Command, n int) (sandbox.Result, error) {
 	// No command starts outside the sandbox's groups: it is born in the holder's.
-	select {
-	case <-in.joined:
-		if in.joinErr != nil {
-			return sandbox.Result{}, fmt.Errorf("start command: %w", in.joinErr)
-		}
-	case <-ctx.Done():
-		return sandbox.Result{}, ctx.Err()
+	if err := in.join.wait(ctx); err != nil {
+		return sandbox.Result{}, fmt.Errorf("start command: %w", err)
 	}
 	runDir, err := in.cg.runGroup(n)
 	if err != nil {
