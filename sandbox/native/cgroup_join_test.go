@@ -161,3 +161,32 @@ func TestJoinEndsWithoutAHolder(t *testing.T) {
 		t.Fatal("the join kept waiting for a holder that never started")
 	}
 }
+
+// An OOM inside the sandbox ends the command, not the sandbox, though the holder is in the
+// memory group too and, when the memory is in no process's RSS (an unlinked file on the
+// sandbox's tmpfs), the group's largest process: every command has oom_score_adj 1000
+// (the red team's finding: the holder was killed, and with it every later run).
+func TestOOMSparesTheHolder(t *testing.T) {
+	s := newSandbox(t, sandbox.Options{Memory: 48 << 20, Timeout: 60 * time.Second})
+	v1Group(t, "memory", s.ID())
+	holder := native.HolderPID(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := s.Run(ctx, sandbox.Command{Args: []string{"sh", "-c", "cat /proc/self/oom_score_adj; exec 3>/tmp/fill; rm /tmp/fill; head -c 100M /dev/zero >&3; echo wrote $?"}})
+	if err != nil {
+		t.Fatalf("Run at the memory limit: %v; want the command OOM-killed, reported, and the sandbox alive", err)
+	}
+	if !res.Usage.OOMKilled {
+		t.Errorf("Run at the memory limit: exit %d, oom %v; want an OOM kill reported", res.ExitCode, res.Usage.OOMKilled)
+	}
+	if got := strings.TrimSpace(string(res.Stdout)); !strings.HasPrefix(got, "1000") {
+		t.Errorf("the command's oom_score_adj: %q, want 1000", got)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", holder)); err != nil {
+		t.Errorf("the holder (pid %d) died of the sandbox's OOM", holder)
+	}
+	res, err = s.Run(ctx, sandbox.Command{Args: []string{"sh", "-c", "echo alive"}})
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != "alive" {
+		t.Errorf("next run after the OOM: %v, exit %d, stdout %q; want the sandbox still usable", err, res.ExitCode, res.Stdout)
+	}
+}

@@ -83,6 +83,13 @@ func (j *holderJoin) wait(ctx context.Context) error {
 	}
 }
 
+// await returns once the join is over, whatever its outcome; at once for no join.
+func (j *holderJoin) await() {
+	if j != nil {
+		<-j.done
+	}
+}
+
 // end waits for the join to finish, first telling it no holder will come if none did.
 func (j *holderJoin) end() {
 	if j == nil {

@@ -310,12 +310,16 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 		in.holder = nil
 		return fmt.Errorf("start sandbox: %w", err)
 	}
-	in.waitErr = make(chan error, 1)
-	go func(c *exec.Cmd) { in.waitErr <- c.Wait() }(in.holder)
 	in.holderPID = in.holder.Process.Pid
 	if in.join != nil {
 		in.join.started(in.holderPID) // moved while it sets the sandbox up; run waits for it
 	}
+	in.waitErr = make(chan error, 1)
+	go func(c *exec.Cmd, j *holderJoin) {
+		// Not reaped (its pid not free for another process) before the join has used it.
+		j.await()
+		in.waitErr <- c.Wait()
+	}(in.holder, in.join)
 	if in.rootless {
 		closeFiles(extra) // a stage that fails closes the control socket's last other end
 		extra = nil

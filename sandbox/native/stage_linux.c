@@ -747,15 +747,31 @@ struct al_clone_args {
 };
 
 // fork_into forks, the child born in the v2 cgroup dirfd too (-1: in the holder's groups
-// alone). Moving a process into a cgroup takes the kernel's cgroup_threadgroup_rwsem for
-// writing, which waits for an RCU grace period (10-18 ms measured here) unless another move
-// happened just before; a process cloned into its group (CLONE_INTO_CGROUP) is not moved.
-static pid_t fork_into(int dirfd) {
-	if (dirfd < 0)
-		return fork();
-	struct al_clone_args a = {.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)dirfd};
-	return (pid_t)syscall(SYS_clone3, &a, sizeof a);
+// alone), and says in *placed whether it was. Moving a process into a cgroup takes the
+// kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period
+// (10-18 ms measured here) unless another move happened just before; a process cloned into
+// its group (CLONE_INTO_CGROUP) is not moved. Where clone3 or its cgroup field is refused
+// (ENOSYS: before Linux 5.3, or a container's seccomp profile; E2BIG: before 5.7), it
+// forks, and the caller moves the child.
+static pid_t fork_into(int dirfd, int *placed) {
+	*placed = dirfd < 0;
+	if (dirfd >= 0) {
+		struct al_clone_args a = {.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)dirfd};
+		long pid = syscall(SYS_clone3, &a, sizeof a);
+		if (pid >= 0) {
+			*placed = 1;
+			return (pid_t)pid;
+		}
+		if (errno != ENOSYS && errno != E2BIG)
+			return -1;
+	}
+	return fork();
 }
+
+// The oom_score_adj of every command: the kernel's first choice when memory runs out, in
+// the sandbox's memory group (where the holder is too, and must not be the one killed) and
+// on the host, as Kubernetes treats its best-effort pods.
+#define COMMAND_OOM_SCORE_ADJ "1000"
 
 // spawn starts a run's first process, in a fresh user and PID namespace, as a child of
 // the holder (CLONE_PARENT), from a spawner forked for it that first takes the sandbox's
@@ -766,11 +782,11 @@ static pid_t fork_into(int dirfd) {
 // modules refuse a user namespace to an unprivileged creator; the child gets a full set in
 // its new namespace and none outside it, whatever its creator had. It returns the child's
 // pid, or -errno.
-static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds) {
+static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds, int *placed) {
 	int rep[2];
 	if (pipe2(rep, O_CLOEXEC) < 0)
 		return -errno;
-	pid_t sp = fork_into(r->run_group ? fds[4] : -1);
+	pid_t sp = fork_into(r->run_group ? fds[4] : -1, placed);
 	if (sp < 0) {
 		int e = errno;
 		close(rep[0]);
@@ -780,8 +796,13 @@ static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds) {
 	if (sp == 0) {
 		close(rep[0]);
 		long pid = 0;
+		int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+		if (adj < 0 || write(adj, COMMAND_OOM_SCORE_ADJ, strlen(COMMAND_OOM_SCORE_ADJ)) < 0)
+			pid = -errno;
+		if (adj >= 0)
+			close(adj);
 		// Rootless, the holder's uid is already the invoking user's: nothing to take.
-		if (sb.uid_base >= 0 && (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
+		if (pid == 0 && sb.uid_base >= 0 && (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
 		    syscall(SYS_setresgid, sb.uid_base, sb.uid_base, sb.uid_base) < 0 ||
 		    syscall(SYS_setresuid, sb.uid_base, sb.uid_base, sb.uid_base) < 0))
 			pid = -errno;
@@ -828,7 +849,8 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		close(gate[1]);
 		goto out;
 	}
-	pid_t pid = spawn(&r, gate, status, fds);
+	int placed = 0;
+	pid_t pid = spawn(&r, gate, status, fds, &placed);
 	close(gate[0]);
 	close(status[1]);
 	if (pid < 0) {
@@ -847,6 +869,13 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 	for (int i = 0; !fail && i < sb.ncgroup; i++) {
 		if (pwrite(sb.cgroup_fds[i], num, l, 0) < 0)
 			fail = "join cgroup";
+	}
+	if (!fail && !placed) { // a v2 run group it could not be cloned into
+		int procs = openat(fds[4], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+		if (procs < 0 || pwrite(procs, num, l, 0) < 0)
+			fail = "join cgroup";
+		if (procs >= 0)
+			close(procs);
 	}
 	if (fail) {
 		int e = errno;
