@@ -25,12 +25,12 @@ type cgroups struct {
 	unified string            // this sandbox's v2 directory, "" without v2
 	v2      map[string]bool   // controllers enabled for this sandbox in v2
 	// ownPids is how many of the pids group's processes are airlock's own rather than a
-	// command's: the holder, when it joins the v1 groups (holderJoinsV1).
+	// command's: the holder, when it joins the v1 pids group (holderJoins).
 	ownPids int64
 }
 
 // holderPids is what a root sandbox's v1 pids group holds besides its commands'
-// processes: the holder, which joins the v1 groups so that each command is born in them.
+// processes: the holder, which joins it so that each command is born in it.
 const holderPids = 1
 
 type hierarchy struct {
@@ -137,7 +137,7 @@ func (cg *cgroups) limit(o sandbox.Options) error {
 		}
 		return nil
 	}
-	if dir, v2 := cg.dir("pids"); dir != "" && !v2 && cg.holderJoinsV1() {
+	if dir, v2 := cg.dir("pids"); dir != "" && !v2 && holderJoins("pids") {
 		cg.ownPids = holderPids
 	}
 	if err := set("pids", "pids.max", "pids.max", strconv.FormatInt(o.Pids+cg.ownPids, 10)); err != nil {
@@ -177,10 +177,14 @@ func (cg *cgroups) limit(o sandbox.Options) error {
 	return nil
 }
 
-// procsFiles opens the v1 cgroup.procs files the Go holder writes each run's first process to.
+// procsFiles opens the v1 cgroup.procs files the holder writes each run's first process
+// to: those of the groups it has not joined (holderJoins).
 func (cg *cgroups) procsFiles() ([]*os.File, error) {
 	var files []*os.File
-	for _, dir := range cg.v1 {
+	for c, dir := range cg.v1 {
+		if holderJoins(c) {
+			continue
+		}
 		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
 		if err != nil {
 			closeFiles(files)

@@ -15,15 +15,30 @@ import (
 // Moving a process between cgroups takes the kernel's cgroup_threadgroup_rwsem for writing,
 // and the first writer after a quiet spell waits for an RCU grace period: 7-18 ms measured
 // on these hosts, against 0.1-0.2 ms for a move within ~10 ms of another one
-// (docs/performance.md). A command's first process written to its groups at each run paid
-// that wait on the run's critical path. The C holder instead joins the sandbox's v1
-// groups while the sandbox is made, so that each command is born in them (and in its run's
-// v2 group: fork_into in stage_linux.c), and the wait is taken off the critical path by a
-// move that changes nothing, made as soon as the groups exist (ownGroupProcs).
+// (docs/performance.md). Each run's first process written to the sandbox's groups paid
+// that wait on the run's critical path. The C holder now joins the sandbox's v1 pids and
+// cpu groups while the sandbox is made, so that each command is born in them (and in its
+// run's v2 group: fork_into in stage_linux.c); the wait is taken off the critical path by
+// a move that changes nothing, made as soon as the groups exist (ownGroupProcs); and the
+// one move left per run, into the memory group, follows the join closely enough to be
+// quick for a one-shot run.
 //
-// The Go holder of a binary built without cgo has threads, which would count against the
-// pids limit: its commands' first processes are moved into the groups instead (procsFiles).
-func (cg *cgroups) holderJoinsV1() bool { return cHolder && len(cg.v1) > 0 }
+// The holder stays out of the memory group: memory that outlives its processes (a file on
+// the sandbox's tmpfs, a System V segment) can fill the group with no command left in it,
+// and the OOM killer would then take the holder, and the sandbox with it (the red team's
+// finding). The Go holder of a binary built without cgo has threads, which would count
+// against the pids limit: it joins nothing, and moves each command instead (procsFiles).
+func holderJoins(controller string) bool { return cHolder && controller != "memory" }
+
+// holderJoinsV1 reports whether the holder joins any of the sandbox's v1 groups.
+func (cg *cgroups) holderJoinsV1() bool {
+	for c := range cg.v1 {
+		if holderJoins(c) {
+			return true
+		}
+	}
+	return false
+}
 
 // holderJoin puts the holder in the sandbox's v1 groups in the background.
 type holderJoin struct {
@@ -99,10 +114,13 @@ func (j *holderJoin) end() {
 	<-j.done // cgroup writes, bounded
 }
 
-// joinV1 moves pid into each of the sandbox's v1 groups.
+// joinV1 moves pid into each of the sandbox's v1 groups the holder joins.
 func (cg *cgroups) joinV1(pid int) error {
 	b := []byte(strconv.Itoa(pid))
-	for _, dir := range cg.v1 {
+	for c, dir := range cg.v1 {
+		if !holderJoins(c) {
+			continue
+		}
 		if err := writeExisting(filepath.Join(dir, "cgroup.procs"), b); err != nil {
 			return fmt.Errorf("join cgroup %s: %w", dir, err)
 		}

@@ -269,15 +269,13 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 		cfg.IdmapFD = 3 + len(extra)
 		extra = append(extra, nsFile)
 	}
-	if !in.cg.holderJoinsV1() {
-		procs, err := in.cg.procsFiles()
-		if err != nil {
-			return err
-		}
-		for _, f := range procs {
-			setup.CgroupFDs = append(setup.CgroupFDs, 3+len(extra))
-			extra = append(extra, f)
-		}
+	procs, err := in.cg.procsFiles()
+	if err != nil {
+		return err
+	}
+	for _, f := range procs {
+		setup.CgroupFDs = append(setup.CgroupFDs, 3+len(extra))
+		extra = append(extra, f)
 	}
 	if setup.Ops, err = planRoot(cfg); err != nil {
 		return err

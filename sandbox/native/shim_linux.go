@@ -111,9 +111,6 @@ func runExec() error {
 // namespace's ids (with the capabilities the holder left it), writes the exec stage's pid
 // to spawnPidFD and exits: the exec stage is then the holder's child (orphans go to the
 // PID namespace's init), which waits for it and kills it, as the C holder does.
-// commandOOMScoreAdj is every command's oom_score_adj (stage_linux.c's COMMAND_OOM_SCORE_ADJ).
-const commandOOMScoreAdj = "1000"
-
 func runSpawn() error {
 	if len(os.Args) < 2 {
 		return errors.New("spawn stage: missing config")
@@ -121,11 +118,6 @@ func runSpawn() error {
 	var cfg execConfig
 	if err := json.Unmarshal([]byte(os.Args[1]), &cfg); err != nil {
 		return fmt.Errorf("spawn stage: decode config: %w", err)
-	}
-	// As the C spawner (COMMAND_OOM_SCORE_ADJ): every command is the kernel's first choice
-	// when memory runs out, in the sandbox's memory group and on the host.
-	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(commandOOMScoreAdj), 0); err != nil {
-		return fmt.Errorf("spawn stage: set the command's OOM score: %w", err)
 	}
 	gate := os.NewFile(3, "gate")
 	var b [1]byte

@@ -751,8 +751,9 @@ struct al_clone_args {
 // kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period
 // (10-18 ms measured here) unless another move happened just before; a process cloned into
 // its group (CLONE_INTO_CGROUP) is not moved. Where clone3 or its cgroup field is refused
-// (ENOSYS: before Linux 5.3, or a container's seccomp profile; E2BIG: before 5.7), it
-// forks, and the caller moves the child.
+// (ENOSYS: before Linux 5.3, or a container's seccomp profile, EPERM in older profiles;
+// E2BIG: before 5.7), it forks, and the caller moves the child (an EPERM of the cgroup's
+// own permissions fails that move too, with its own error).
 static pid_t fork_into(int dirfd, int *placed) {
 	*placed = dirfd < 0;
 	if (dirfd >= 0) {
@@ -762,16 +763,11 @@ static pid_t fork_into(int dirfd, int *placed) {
 			*placed = 1;
 			return (pid_t)pid;
 		}
-		if (errno != ENOSYS && errno != E2BIG)
+		if (errno != ENOSYS && errno != E2BIG && errno != EPERM)
 			return -1;
 	}
 	return fork();
 }
-
-// The oom_score_adj of every command: the kernel's first choice when memory runs out, in
-// the sandbox's memory group (where the holder is too, and must not be the one killed) and
-// on the host, as Kubernetes treats its best-effort pods.
-#define COMMAND_OOM_SCORE_ADJ "1000"
 
 // spawn starts a run's first process, in a fresh user and PID namespace, as a child of
 // the holder (CLONE_PARENT), from a spawner forked for it that first takes the sandbox's
@@ -796,13 +792,8 @@ static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds, int *
 	if (sp == 0) {
 		close(rep[0]);
 		long pid = 0;
-		int adj = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-		if (adj < 0 || write(adj, COMMAND_OOM_SCORE_ADJ, strlen(COMMAND_OOM_SCORE_ADJ)) < 0)
-			pid = -errno;
-		if (adj >= 0)
-			close(adj);
 		// Rootless, the holder's uid is already the invoking user's: nothing to take.
-		if (pid == 0 && sb.uid_base >= 0 && (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
+		if (sb.uid_base >= 0 && (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 || syscall(SYS_setgroups, 0, NULL) < 0 ||
 		    syscall(SYS_setresgid, sb.uid_base, sb.uid_base, sb.uid_base) < 0 ||
 		    syscall(SYS_setresuid, sb.uid_base, sb.uid_base, sb.uid_base) < 0))
 			pid = -errno;
