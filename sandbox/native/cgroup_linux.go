@@ -24,14 +24,7 @@ type cgroups struct {
 	v1      map[string]string // controller → this sandbox's v1 directory
 	unified string            // this sandbox's v2 directory, "" without v2
 	v2      map[string]bool   // controllers enabled for this sandbox in v2
-	// ownPids is how many of the pids group's processes are airlock's own rather than a
-	// command's: the holder, when it joins the v1 pids group (holderJoins).
-	ownPids int64
 }
-
-// holderPids is what a root sandbox's v1 pids group holds besides its commands'
-// processes: the holder, which joins it so that each command is born in it.
-const holderPids = 1
 
 type hierarchy struct {
 	root    string          // the cgroup mount root, e.g. /sys/fs/cgroup
@@ -137,10 +130,7 @@ func (cg *cgroups) limit(o sandbox.Options) error {
 		}
 		return nil
 	}
-	if dir, v2 := cg.dir("pids"); dir != "" && !v2 && holderJoins("pids") {
-		cg.ownPids = holderPids
-	}
-	if err := set("pids", "pids.max", "pids.max", strconv.FormatInt(o.Pids+cg.ownPids, 10)); err != nil {
+	if err := set("pids", "pids.max", "pids.max", strconv.FormatInt(o.Pids, 10)); err != nil {
 		return err
 	}
 	if o.Memory > 0 {
@@ -177,14 +167,10 @@ func (cg *cgroups) limit(o sandbox.Options) error {
 	return nil
 }
 
-// procsFiles opens the v1 cgroup.procs files the holder writes each run's first process
-// to: those of the groups it has not joined (holderJoins).
+// procsFiles opens the v1 cgroup.procs files a run's first process is written to.
 func (cg *cgroups) procsFiles() ([]*os.File, error) {
 	var files []*os.File
-	for c, dir := range cg.v1 {
-		if holderJoins(c) {
-			continue
-		}
+	for _, dir := range cg.v1 {
 		f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
 		if err != nil {
 			closeFiles(files)
@@ -250,13 +236,12 @@ func (cg *cgroups) peakMemory() int64 {
 	}
 }
 
-// peakPids is the pids group's peak, less airlock's own processes in it.
 func (cg *cgroups) peakPids() int64 {
 	dir, _ := cg.dir("pids")
 	if dir == "" {
 		return 0
 	}
-	return max(readInt(filepath.Join(dir, "pids.peak"))-cg.ownPids, 0)
+	return readInt(filepath.Join(dir, "pids.peak"))
 }
 
 func (cg *cgroups) oomKills() int64 {

@@ -1,8 +1,7 @@
 package native
 
 import (
-	"context"
-	"time"
+	"os"
 
 	"github.com/airlock-proxy/airlock/sandbox"
 )
@@ -29,25 +28,24 @@ func HolderPID(s *sandbox.Sandbox) int {
 	return 0
 }
 
-// FailJoinForTest makes s's holder look as if it could not join the sandbox's v1 groups.
-func FailJoinForTest(s *sandbox.Sandbox, err error) {
-	n := s.Instance().(*nativeInstance)
-	if n.join == nil {
-		n.join = &holderJoin{pid: make(chan int), done: make(chan struct{})}
-		close(n.join.done)
-	}
-	<-n.join.done
-	n.join.err = err
-}
-
 // V1PathForTest is v1Path.
 var V1PathForTest = v1Path
 
-// JoinWithoutHolderForTest starts a holder's join into a v1 group at dir and ends it
-// before any holder starts (a Create that failed first), returning the join's error.
-func JoinWithoutHolderForTest(dir string) error {
-	j := (&cgroups{v1: map[string]string{"pids": dir}}).startJoin()
-	time.Sleep(3 * warmEvery) // a few rounds of warming
-	j.end()
-	return j.wait(context.Background())
+// StartWarmingForTest starts a warming under root: a channel closed once it has ended,
+// and what ends it; nil and a no-op without one.
+func StartWarmingForTest(root string) (<-chan struct{}, func()) {
+	w := startWarming(root)
+	if w == nil {
+		return nil, func() {}
+	}
+	return w.done, w.end
+}
+
+// WarmForTest is how long a warming lasts at most.
+const WarmForTest = warmFor
+
+// StartWarmingForTestNoGroup reports whether a warming starts under a root with no cgroup
+// hierarchy in it.
+func StartWarmingForTestNoGroup() bool {
+	return startWarming(os.TempDir()) != nil
 }

@@ -2,7 +2,6 @@ package native_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,12 +13,6 @@ import (
 
 func TestMain(m *testing.M) {
 	native.Init()
-	if os.Getenv(noClone3Env) != "" {
-		if err := refuseClone3(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-	}
 	os.Exit(m.Run())
 }
 

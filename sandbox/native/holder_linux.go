@@ -121,7 +121,7 @@ func parseRun(f [][]byte) (*runRequest, error) {
 	if len(f) < 6 || string(f[0]) != "run" {
 		return nil, errors.New("malformed run request")
 	}
-	r := &runRequest{Dir: string(f[1]), RunGroup: string(f[2]) == "1", TTY: string(f[3]) == "1"}
+	r := &runRequest{Dir: string(f[1]), CgroupProcs: string(f[2]) == "1", TTY: string(f[3]) == "1"}
 	strs := func(b [][]byte) []string {
 		s := make([]string, len(b))
 		for i := range b {
@@ -275,7 +275,7 @@ type execConfig struct {
 func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 	defer closeFiles(files)
 	want := 4
-	if req.RunGroup {
+	if req.CgroupProcs {
 		want = 5
 	}
 	if len(files) != want {
@@ -343,19 +343,9 @@ func serveRun(setup *setupMessage, req *runRequest, files []*os.File) {
 	goR.Close()
 	stW.Close()
 	pidW.Close()
-	// This holder is Go, its spawn stage too: unlike the C holder (stage_linux.c's
-	// fork_into), it moves the stage into its groups once started, threads and all.
 	procs := setup.CgroupFDs
-	if req.RunGroup {
-		fd, err := unix.Openat(int(files[4].Fd()), "cgroup.procs", unix.O_WRONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			_ = spawn.Process.Kill()
-			_ = spawn.Wait()
-			fail("join cgroup", err)
-			return
-		}
-		defer unix.Close(fd)
-		procs = append(append([]int(nil), procs...), fd)
+	if req.CgroupProcs {
+		procs = append(append([]int(nil), procs...), int(files[4].Fd()))
 	}
 	spid := []byte(strconv.Itoa(spawn.Process.Pid))
 	for _, fd := range procs {

@@ -57,7 +57,7 @@ func (in *nativeInstance) Close(ctx context.Context) error {
 		in.ctrl = nil
 	}
 	in.ctrlMu.Unlock()
-	in.join.end() // before the groups go
+	in.warm.end()
 	var cgErr error
 	if in.cg != nil {
 		cgErr = in.cg.remove()

@@ -101,7 +101,7 @@ type nativeInstance struct {
 	changesErr error
 	waitErr    chan error
 
-	join *holderJoin // the holder's move into the v1 groups; nil without one
+	warm *warming // the first run's cgroup moves paid for ahead; nil without
 }
 
 // Create builds and starts a native sandbox.
@@ -166,9 +166,7 @@ func (n *Native) Create(ctx context.Context, o sandbox.Options) (inst sandbox.In
 		if in.cg, err = newCgroups(n.cgroupRoot(), o.ID, o); err != nil {
 			return nil, err
 		}
-		if in.cg.holderJoinsV1() {
-			in.join = in.cg.startJoin()
-		}
+		in.warm = startWarming(n.cgroupRoot())
 	}
 	if err := in.startHolder(ctx); err != nil {
 		return nil, err
@@ -308,16 +306,9 @@ func (in *nativeInstance) startHolder(ctx context.Context) error {
 		in.holder = nil
 		return fmt.Errorf("start sandbox: %w", err)
 	}
-	in.holderPID = in.holder.Process.Pid
-	if in.join != nil {
-		in.join.started(in.holderPID) // moved while it sets the sandbox up; run waits for it
-	}
 	in.waitErr = make(chan error, 1)
-	go func(c *exec.Cmd, j *holderJoin) {
-		// Not reaped (its pid not free for another process) before the join has used it.
-		j.await()
-		in.waitErr <- c.Wait()
-	}(in.holder, in.join)
+	go func(c *exec.Cmd) { in.waitErr <- c.Wait() }(in.holder)
+	in.holderPID = in.holder.Process.Pid
 	if in.rootless {
 		closeFiles(extra) // a stage that fails closes the control socket's last other end
 		extra = nil

@@ -22,8 +22,7 @@ import (
 
 // setupMessage tells the holder how to build the sandbox. Fields: "setup", hostname, uid
 // base, seccomp program (struct sock_filter array), Landlock handled-access mask, Landlock
-// scopes, v1 cgroup.procs descriptors the holder writes each command's first process to
-// (comma-separated numbers in the holder; empty when the holder joined those groups itself),
+// scopes, cgroup.procs descriptors (comma-separated numbers in the holder, may be empty),
 // then the mount plan: each op's kind, description and arguments (see mounts_linux.go).
 type setupMessage struct {
 	Hostname  string
@@ -47,19 +46,18 @@ type holderReply struct {
 }
 
 // runRequest asks the holder to start one command. Its file descriptors, in order: the run
-// connection, stdin, stdout, stderr and, when RunGroup is set, the run's v2 cgroup (its
-// directory, opened O_PATH), which the command's first process starts in.
-// Fields: "run", dir, run-group flag, tty flag, argument count, arguments,
+// connection, stdin, stdout, stderr and, when CgroupProcs is set, a v2 cgroup.procs file.
+// Fields: "run", dir, cgroup-procs flag, tty flag, argument count, arguments,
 // writable-directory count, writable directories, then the environment. With TTY, stdin
 // is a terminal (the slave of one of the sandbox's own) that the command takes as its
 // controlling terminal, in a session of its own.
 type runRequest struct {
-	Args     []string
-	Env      []string
-	Dir      string
-	RunGroup bool
-	TTY      bool
-	Writable []string
+	Args        []string
+	Env         []string
+	Dir         string
+	CgroupProcs bool
+	TTY         bool
+	Writable    []string
 }
 
 // runMessage flows from the holder on a run connection: start, then exit. The parent ends a
@@ -120,7 +118,7 @@ func (r *runRequest) fields() [][]byte {
 		}
 		return []byte("0")
 	}
-	f := [][]byte{[]byte("run"), []byte(r.Dir), flag(r.RunGroup), flag(r.TTY), num(int64(len(r.Args)))}
+	f := [][]byte{[]byte("run"), []byte(r.Dir), flag(r.CgroupProcs), flag(r.TTY), num(int64(len(r.Args)))}
 	for _, a := range r.Args {
 		f = append(f, []byte(a))
 	}

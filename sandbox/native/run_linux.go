@@ -41,10 +41,6 @@ func (in *nativeInstance) Run(ctx context.Context, cmd sandbox.Command) (sandbox
 }
 
 func (in *nativeInstance) run(ctx context.Context, cmd sandbox.Command, n int) (sandbox.Result, error) {
-	// No command starts outside the sandbox's groups: it is born in the holder's.
-	if err := in.join.wait(ctx); err != nil {
-		return sandbox.Result{}, fmt.Errorf("start command: %w", err)
-	}
 	runDir, err := in.cg.runGroup(n)
 	if err != nil {
 		return sandbox.Result{}, err
@@ -73,14 +69,14 @@ func (in *nativeInstance) run(ctx context.Context, cmd sandbox.Command, n int) (
 	files := []*os.File{connChild, st.stdinR, st.stdoutW, st.stderrW}
 	req := runRequest{Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Writable: in.writable(), TTY: cmd.TTY != nil}
 	if runDir != "" {
-		group, err := os.OpenFile(runDir, unix.O_PATH|unix.O_DIRECTORY, 0)
+		procs, err := os.OpenFile(filepath.Join(runDir, "cgroup.procs"), os.O_WRONLY, 0)
 		if err != nil {
 			connChild.Close()
 			return sandbox.Result{}, fmt.Errorf("open run cgroup: %w", err)
 		}
-		defer group.Close()
-		req.RunGroup = true
-		files = append(files, group)
+		defer procs.Close()
+		req.CgroupProcs = true
+		files = append(files, procs)
 	}
 	fds := make([]int, len(files))
 	for i, f := range files {
@@ -139,6 +135,7 @@ wait:
 	for {
 		select {
 		case m, ok := <-msgs:
+			in.warm.halt() // this run's processes are in their groups, or will not be
 			if !ok {
 				ctxErr = errors.New("sandbox ended during the command")
 				break wait

@@ -12,8 +12,7 @@
 // control socket (descriptor 3) from one poll loop: each command starts in a child cloned
 // into a fresh user and PID namespace (by a short-lived spawner that has taken the
 // sandbox's host uid, so that the namespace is the sandbox's own: see sandbox/usercounts.go), which
-// waits until the holder has mapped its ids (and placed it in the v1 cgroups it was given;
-// otherwise it is born in them and in its run's v2 group: fork_into), sets its
+// waits until the holder has mapped its ids and placed it in its cgroups, sets its
 // namespace's maxima, then drops every privilege, applies Landlock and seccomp, forks the
 // command and stays as that namespace's init (be_init). The holder exits when the
 // parent closes the control socket (or dies: Pdeathsig), and the kernel then kills
@@ -595,7 +594,7 @@ notfound:;
 
 struct runreq {
 	const char *dir;
-	int run_group; // descriptor 4 is the run's v2 group (a directory), which it starts in
+	int cgroup_procs;
 	int tty; // stdin is a terminal the command takes as its controlling terminal
 	char **args;
 	char **writable;
@@ -722,7 +721,7 @@ static int parse_run(struct msg *m, struct runreq *r) {
 	m->f = f;
 	f[m->n] = NULL;
 	r->dir = f[1];
-	r->run_group = !strcmp(f[2], "1");
+	r->cgroup_procs = !strcmp(f[2], "1");
 	r->tty = !strcmp(f[3], "1");
 	r->args = malloc((nargs + 1) * sizeof(char *));
 	if (!r->args)
@@ -735,40 +734,6 @@ static int parse_run(struct msg *m, struct runreq *r) {
 	return 0;
 }
 
-#ifndef SYS_clone3
-#define SYS_clone3 435
-#endif
-#ifndef CLONE_INTO_CGROUP
-#define CLONE_INTO_CGROUP 0x200000000ULL
-#endif
-
-struct al_clone_args {
-	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
-};
-
-// fork_into forks, the child born in the v2 cgroup dirfd too (-1: in the holder's groups
-// alone), and says in *placed whether it was. Moving a process into a cgroup takes the
-// kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period
-// (10-18 ms measured here) unless another move happened just before; a process cloned into
-// its group (CLONE_INTO_CGROUP) is not moved. Where clone3 or its cgroup field is refused
-// (ENOSYS: before Linux 5.3, or a container's seccomp profile, EPERM in older profiles;
-// E2BIG: before 5.7), it forks, and the caller moves the child (an EPERM of the cgroup's
-// own permissions fails that move too, with its own error).
-static pid_t fork_into(int dirfd, int *placed) {
-	*placed = dirfd < 0;
-	if (dirfd >= 0) {
-		struct al_clone_args a = {.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)dirfd};
-		long pid = syscall(SYS_clone3, &a, sizeof a);
-		if (pid >= 0) {
-			*placed = 1;
-			return (pid_t)pid;
-		}
-		if (errno != ENOSYS && errno != E2BIG && errno != EPERM)
-			return -1;
-	}
-	return fork();
-}
-
 // spawn starts a run's first process, in a fresh user and PID namespace, as a child of
 // the holder (CLONE_PARENT), from a spawner forked for it that first takes the sandbox's
 // host uid: the kernel makes a user namespace's creator its owner, and counts what the
@@ -778,11 +743,11 @@ static pid_t fork_into(int dirfd, int *placed) {
 // modules refuse a user namespace to an unprivileged creator; the child gets a full set in
 // its new namespace and none outside it, whatever its creator had. It returns the child's
 // pid, or -errno.
-static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds, int *placed) {
+static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds) {
 	int rep[2];
 	if (pipe2(rep, O_CLOEXEC) < 0)
 		return -errno;
-	pid_t sp = fork_into(r->run_group ? fds[4] : -1, placed);
+	pid_t sp = fork();
 	if (sp < 0) {
 		int e = errno;
 		close(rep[0]);
@@ -822,7 +787,7 @@ static pid_t spawn(struct runreq *r, int gate[2], int status[2], int *fds, int *
 
 static void start_run(struct msg *m, int *fds, int nfds) {
 	struct runreq r = {0};
-	int ok = parse_run(m, &r) == 0 && nfds == (r.run_group ? 5 : 4);
+	int ok = parse_run(m, &r) == 0 && nfds == (r.cgroup_procs ? 5 : 4);
 	if (!ok) {
 		if (nfds > 0)
 			send_error(fds[0], 1, "malformed run request", 0);
@@ -840,8 +805,7 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		close(gate[1]);
 		goto out;
 	}
-	int placed = 0;
-	pid_t pid = spawn(&r, gate, status, fds, &placed);
+	pid_t pid = spawn(&r, gate, status, fds);
 	close(gate[0]);
 	close(status[1]);
 	if (pid < 0) {
@@ -857,16 +821,10 @@ static void start_run(struct msg *m, int *fds, int nfds) {
 		fail = "map group ids";
 	char num[32];
 	int l = snprintf(num, sizeof num, "%d", pid);
-	for (int i = 0; !fail && i < sb.ncgroup; i++) {
-		if (pwrite(sb.cgroup_fds[i], num, l, 0) < 0)
+	for (int i = 0; !fail && i < sb.ncgroup + r.cgroup_procs; i++) {
+		int fd = i < sb.ncgroup ? sb.cgroup_fds[i] : fds[4];
+		if (pwrite(fd, num, l, 0) < 0)
 			fail = "join cgroup";
-	}
-	if (!fail && !placed) { // a v2 run group it could not be cloned into
-		int procs = openat(fds[4], "cgroup.procs", O_WRONLY | O_CLOEXEC);
-		if (procs < 0 || pwrite(procs, num, l, 0) < 0)
-			fail = "join cgroup";
-		if (procs >= 0)
-			close(procs);
 	}
 	if (fail) {
 		int e = errno;

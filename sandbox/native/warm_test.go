@@ -2,7 +2,6 @@ package native_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,50 +24,7 @@ func v1Group(t *testing.T, controller, id string) string {
 	return dir
 }
 
-// The holder joins the sandbox's v1 pids and cpu groups, so that each command is born in
-// them rather than moved (docs/performance.md): one more process in the pids group, which
-// its limit and its report leave out. It stays out of the memory group.
-func TestHolderJoinsTheV1Groups(t *testing.T) {
-	if !native.CStages {
-		t.Skip("the Go holder (a build without cgo) moves each command into the groups instead")
-	}
-	s := newSandbox(t, sandbox.Options{Pids: 8})
-	dir := v1Group(t, "pids", s.ID())
-	run(t, s, "true") // a run waits until the holder has joined
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", native.HolderPID(s)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	joined := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		in := strings.HasSuffix(f[2], "/airlock/"+s.ID())
-		switch f[1] {
-		case "pids":
-			joined++
-			if !in {
-				t.Errorf("holder's pids group %s, want .../airlock/%s", f[2], s.ID())
-			}
-		case "memory":
-			// Memory that outlives its processes could leave the holder the OOM killer's
-			// only choice there (TestOOMSparesTheHolderWhenNoCommandIsLeft).
-			if in {
-				t.Errorf("holder in the sandbox's memory group %s", f[2])
-			}
-		}
-	}
-	if joined == 0 {
-		t.Errorf("holder in no v1 pids group:\n%s", b)
-	}
-	if got, _ := os.ReadFile(filepath.Join(dir, "pids.max")); strings.TrimSpace(string(got)) != "9" {
-		t.Errorf("pids.max %q, want 9 (8 for the commands, 1 for the holder)", got)
-	}
-}
-
-// Pids bounds the commands' processes alone: the holder in the group takes none of them.
+// Pids bounds the commands' processes alone: the holder and its spawner take none of them.
 func TestPidsLimitIsTheCommandsOwn(t *testing.T) {
 	if !native.CStages {
 		t.Skip("the Go holder's run init is a Go process, whose threads count as pids")
@@ -101,23 +57,7 @@ for k in kids:
 		t.Errorf("forked %d children under pids=8 (init and python are the other two), want 6", n)
 	}
 	if res.Usage.Pids != 8 {
-		t.Errorf("pids peak %d, want 8 (the holder is not a command's)", res.Usage.Pids)
-	}
-}
-
-// A holder that could not join the sandbox's groups starts nothing: a command would run
-// outside its limits.
-func TestNoCommandStartsOutsideItsGroups(t *testing.T) {
-	s := newSandbox(t, sandbox.Options{})
-	cause := errors.New("join cgroup: test")
-	native.FailJoinForTest(s, cause)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for range 2 {
-		res, err := s.Run(ctx, sandbox.Command{Args: []string{"sh", "-c", "echo ran"}})
-		if !errors.Is(err, cause) || len(res.Stdout) != 0 {
-			t.Fatalf("Run after a failed join: %v, stdout %q; want the join's error and nothing run", err, res.Stdout)
-		}
+		t.Errorf("pids peak %d, want 8", res.Usage.Pids)
 	}
 }
 
@@ -141,8 +81,8 @@ func TestV1PathReadsAControllersGroup(t *testing.T) {
 	}
 }
 
-// The join's warming moves airlock into the groups it is already in: never into a
-// sandbox's, whose limits it would then share.
+// A warming moves airlock into the groups it is already in: never into a sandbox's, whose
+// limits it would then share.
 func TestAirlockStaysInItsOwnGroups(t *testing.T) {
 	before, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
@@ -158,24 +98,35 @@ func TestAirlockStaysInItsOwnGroups(t *testing.T) {
 	}
 }
 
-// A Create that fails before its holder starts ends the join's warming, which then says
-// why no holder joined.
-func TestJoinEndsWithoutAHolder(t *testing.T) {
-	done := make(chan error, 1)
-	go func() { done <- native.JoinWithoutHolderForTest(t.TempDir()) }()
+// A warming ends when told, and by itself when no run comes.
+func TestWarmingEnds(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a warming moves airlock within its own cgroup: root")
+	}
+	done, end := native.StartWarmingForTest(native.DefaultCgroupRoot)
+	if done == nil {
+		t.Skip("airlock is in no v1 memory, pids or cpu group here")
+	}
+	end()
 	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "no holder") {
-			t.Errorf("join without a holder: %v, want a no-holder error", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the join kept waiting for a holder that never started")
+	case <-done:
+	default:
+		t.Fatal("end returned before the warming ended")
+	}
+	done, _ = native.StartWarmingForTest(native.DefaultCgroupRoot)
+	select {
+	case <-done:
+	case <-time.After(native.WarmForTest + 10*time.Second):
+		t.Fatalf("a warming no run followed went on past %v", native.WarmForTest)
+	}
+	if got := native.StartWarmingForTestNoGroup(); got {
+		t.Error("a warming started with no group of its own to move within")
 	}
 }
 
 // An OOM inside the sandbox ends the command, not the sandbox: the holder is not in the
-// memory group (the red team's finding, when it was: an unlinked file on the sandbox's
-// tmpfs filled the group and the OOM killer took the holder, its largest process).
+// memory group (the red team's finding when a version put it there: an unlinked file on
+// the sandbox's tmpfs filled the group and the OOM killer took the holder).
 func TestOOMSparesTheHolder(t *testing.T) {
 	s := newSandbox(t, sandbox.Options{Memory: 48 << 20, Timeout: 60 * time.Second})
 	v1Group(t, "memory", s.ID())
@@ -212,7 +163,7 @@ func processAlive(pid int) bool {
 // The red team's second pass: memory that outlives its processes (a file on the sandbox's
 // tmpfs) fills the group with no command left in it; the next run's request, whose
 // arguments the holder copies into pages it had not touched, must not make the OOM killer
-// take the holder, its only candidate if it were in the group.
+// take the holder, its only candidate were it in the group.
 func TestOOMSparesTheHolderWhenNoCommandIsLeft(t *testing.T) {
 	holderSurvivesAFullGroup(t, 0, "head -c 100M /dev/zero > /tmp/fill")
 }
