@@ -1,12 +1,16 @@
 package native
 
 import (
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Moving a process between cgroups takes the kernel's cgroup_threadgroup_rwsem for writing,
@@ -39,21 +43,22 @@ const (
 // startWarming starts a warming that moves airlock within its own v1 group under root;
 // nil (a warming that does nothing) where there is none to move within.
 func startWarming(root string) *warming {
-	procs := ownV1Procs(root)
-	if procs == "" {
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	procs := ownV1Procs(root, string(pid))
+	if procs == nil {
 		return nil
 	}
 	w := &warming{stop: make(chan struct{}), done: make(chan struct{})}
-	pid := []byte(strconv.Itoa(os.Getpid()))
 	go func() {
 		defer close(w.done)
+		defer procs.Close()
 		deadline := time.NewTimer(warmFor)
 		defer deadline.Stop()
 		tick := time.NewTicker(warmEvery)
 		defer tick.Stop()
 		for {
 			// Best effort: a move it cannot make costs the first run the wait, as before.
-			_ = writeExisting(procs, pid)
+			_, _ = unix.Pwrite(int(procs.Fd()), pid, 0)
 			select {
 			case <-w.stop:
 				return
@@ -81,22 +86,33 @@ func (w *warming) end() {
 	}
 }
 
-// ownV1Procs is the cgroup.procs file of the v1 group airlock is in, in the memory, pids
-// or cpu hierarchy under root; "" if none is found.
-func ownV1Procs(root string) string {
+// ownV1Procs opens the cgroup.procs file of the v1 group airlock (pid) is in, in the
+// memory, pids or cpu hierarchy under root; nil if none is found. The group is the one
+// that lists pid: a path from /proc/self/cgroup names another where the mount is of a
+// subtree (a container's view) or airlock is in a cgroup namespace, and held open, the
+// file stays its group's if the group is renamed (the red team's findings).
+func ownV1Procs(root, pid string) *os.File {
 	own, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return ""
+		return nil
 	}
 	h := hierarchy{root: root}
 	for _, c := range []string{"memory", "pids", "cpu"} {
-		if base := h.v1Dir(c); base != "" {
-			if path, ok := v1Path(string(own), c); ok {
-				return filepath.Join(base, path, "cgroup.procs")
-			}
+		base := h.v1Dir(c)
+		path, ok := v1Path(string(own), c)
+		if base == "" || !ok {
+			continue
 		}
+		f, err := os.OpenFile(filepath.Join(base, path, "cgroup.procs"), os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if b, err := io.ReadAll(f); err == nil && slices.Contains(strings.Fields(string(b)), pid) {
+			return f
+		}
+		f.Close()
 	}
-	return ""
+	return nil
 }
 
 // v1Path is the group of v1 controller c in a /proc/PID/cgroup listing.
@@ -112,17 +128,4 @@ func v1Path(listing, c string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// writeExisting writes b to a file that must exist (a cgroup's), never creating one.
-func writeExisting(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
