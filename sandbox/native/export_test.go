@@ -1,10 +1,6 @@
 package native
 
-import (
-	"os"
-
-	"github.com/airlock-proxy/airlock/sandbox"
-)
+import "github.com/airlock-proxy/airlock/sandbox"
 
 // NetNSInode exposes a native sandbox's network namespace inode to the external tests.
 func NetNSInode(s *sandbox.Sandbox) uint64 {
@@ -43,9 +39,3 @@ func StartWarmingForTest(root string) (<-chan struct{}, func()) {
 
 // WarmForTest is how long a warming lasts at most.
 const WarmForTest = warmFor
-
-// StartWarmingForTestNoGroup reports whether a warming starts under a root with no cgroup
-// hierarchy in it.
-func StartWarmingForTestNoGroup() bool {
-	return startWarming(os.TempDir()) != nil
-}
